@@ -1,0 +1,105 @@
+"""Typed configuration: cluster presets and simulation options, read from `params.yaml`.
+
+A preset is data (DESIGN §4): the `presets` section of `params.yaml` holds them. Every value is checked
+on load, and a bad one is reported with its file and key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from dl2.errors import Dl2Error
+from dl2.paths import repo_root
+
+SPEED_TABLES = ("public_release", "dev_snapshot")
+NODE_CPU_SLOTS = 8
+NODE_GPU_SLOTS = 8
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A cluster and workload scenario (DESIGN §4)."""
+
+    name: str
+    num_nodes: int
+    num_jobs: int
+    max_arrivals: int
+    max_epochs: int
+    max_tasks: int  # the most PS, and the most workers, one job may hold
+    speed_table: str  # which measurement file and demand set: public_release | dev_snapshot
+    bucket_to_model: bool  # map Ali length buckets to models through the dev snapshot's table
+    slot_seconds: float = 1200.0
+    node_cpu: int = NODE_CPU_SLOTS
+    node_gpu: int = NODE_GPU_SLOTS
+
+
+_POSITIVE_INTS = ("num_nodes", "num_jobs", "max_arrivals", "max_epochs", "max_tasks", "node_cpu", "node_gpu")
+
+
+def _check_preset(name: str, raw: Mapping[str, Any], where: str) -> Preset:
+    known = {f.name for f in fields(Preset)} - {"name"}
+    unknown = set(raw) - known
+    if unknown:
+        raise Dl2Error(f"{where}: presets.{name}: unknown key {sorted(unknown)[0]!r} (known: {', '.join(sorted(known))})")
+    values = dict(raw)
+    for key in _POSITIVE_INTS:
+        if key not in values and key in ("node_cpu", "node_gpu"):
+            continue
+        if key not in values:
+            raise Dl2Error(f"{where}: presets.{name}.{key} is missing")
+        value = values[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise Dl2Error(f"{where}: presets.{name}.{key}: expected a positive integer, got {value!r}")
+    if values.get("speed_table") not in SPEED_TABLES:
+        raise Dl2Error(f"{where}: presets.{name}.speed_table: expected one of {SPEED_TABLES}, got {values.get('speed_table')!r}")
+    if not isinstance(values.get("bucket_to_model"), bool):
+        raise Dl2Error(f"{where}: presets.{name}.bucket_to_model: expected true or false, got {values.get('bucket_to_model')!r}")
+    slot = values.get("slot_seconds", 1200.0)
+    if isinstance(slot, bool) or not isinstance(slot, (int, float)) or slot <= 0:
+        raise Dl2Error(f"{where}: presets.{name}.slot_seconds: expected a positive number, got {slot!r}")
+    values["slot_seconds"] = float(slot)
+    return Preset(name=name, **values)
+
+
+def default_params_path() -> Path:
+    return repo_root() / "params.yaml"
+
+
+def load_params(path: str | Path | None = None) -> dict[str, Any]:
+    """Read a params file (default: the project's `params.yaml`) as a dict."""
+    path = Path(path) if path is not None else default_params_path()
+    if not path.is_file():
+        raise Dl2Error(f"{path}: params file not found")
+    try:
+        params = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise Dl2Error(f"{path}: not valid YAML: {exc}".replace("\n", " ")) from None
+    if not isinstance(params, dict):
+        raise Dl2Error(f"{path}: expected a mapping of sections at the top level")
+    return params
+
+
+def load_presets(path: str | Path | None = None) -> dict[str, Preset]:
+    """All presets of a params file, checked."""
+    path = Path(path) if path is not None else default_params_path()
+    raw = load_params(path).get("presets")
+    if not isinstance(raw, dict) or not raw:
+        raise Dl2Error(f"{path}: section 'presets' is missing or empty")
+    presets = {}
+    for name, spec in raw.items():
+        if not isinstance(spec, dict):
+            raise Dl2Error(f"{path}: presets.{name}: expected a mapping")
+        presets[name] = _check_preset(str(name), spec, str(path))
+    return presets
+
+
+def get_preset(name: str, path: str | Path | None = None) -> Preset:
+    """One preset by name; an unknown name lists the known ones."""
+    presets = load_presets(path)
+    if name not in presets:
+        raise Dl2Error(f"unknown preset {name!r} (known: {', '.join(presets)})")
+    return presets[name]

@@ -1,0 +1,1 @@
+"""The DL2-faithful time-slotted cluster simulator (DESIGN §3), compiled with numba."""

@@ -1,0 +1,114 @@
+"""The simulator as a backend: observe a slot, apply any scheduler's allocation, advance.
+
+This is the path for schedulers written in Python; it runs the same compiled steps as the built-in
+fast path (`dl2.sim.engine`), so both give the same results.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dl2.errors import Dl2Error
+from dl2.schedulers.base import Allocation, Observation
+from dl2.sim import engine
+from dl2.sim.scenario import Scenario
+from dl2.sim.state import Cluster, Jobs, make_cluster
+from dl2.workload.traces import Trace
+
+
+class SimulatedCluster:
+    """One trace on one simulated cluster, stepped a slot at a time."""
+
+    def __init__(self, trace: Trace, scenario: Scenario):
+        self.scenario = scenario
+        self.table = scenario.table
+        self.jobs, self.order = scenario.jobs(trace)
+        self.job_id = trace.job_id[self.order]
+        p = scenario.preset
+        self.cluster = make_cluster(p.num_nodes, p.node_cpu, p.node_gpu)
+        n = len(trace)
+        self.slot = 0
+        self.completed = 0
+        self._next_job = 0
+        self._prev_workers = np.zeros(n, dtype=np.int64)
+        self._prev_ps = np.zeros(n, dtype=np.int64)
+        self.stats: list[np.ndarray] = []
+
+    @property
+    def done(self) -> bool:
+        return self.completed == len(self.order)
+
+    def observe(self) -> Observation:
+        """Start the slot: admit arrivals, free the cluster, and show the uncompleted jobs."""
+        if self.slot >= self.scenario.options.max_slots:
+            raise Dl2Error(f"trace did not finish within max_slots={self.scenario.options.max_slots}")
+        self._next_job = engine.admit_and_reset(self.jobs, self.cluster, self.slot, self._next_job)
+        if self.scenario.options.assign_bundle:
+            engine.assign_bundles(self.jobs, self.cluster)
+        self._active = np.flatnonzero(self.jobs.active)
+        view = _compact(self.jobs, self._active)
+        p = self.scenario.preset
+        return Observation(
+            slot=self.slot,
+            job_ids=self.job_id[self._active],
+            models=view.model,
+            arrival=view.arrival,
+            progress=view.progress.copy(),
+            num_epochs=view.epochs,
+            worker_demand=view.worker_demand,
+            ps_demand=view.ps_demand,
+            num_nodes=p.num_nodes,
+            node_capacity=self.cluster.capacity.copy(),
+            max_tasks=p.max_tasks,
+            epochs_table=self.table,
+            _jobs=view,
+            _cluster=_remap_tasks(self.cluster, self._active),
+        )
+
+    def apply(self, alloc: Allocation) -> None:
+        """Check the allocation, train for one slot, and move to the next."""
+        self._check(alloc)
+        self.jobs.workers[self._active] = alloc.workers
+        self.jobs.ps[self._active] = alloc.ps
+        self.cluster.used[:] = alloc.cluster.used
+        row = np.zeros(engine.NUM_STATS)
+        engine.slot_stats(self.jobs, self.cluster, self._prev_workers, self._prev_ps, row)
+        completed, reward = engine.advance(self.jobs, self.table, self.slot, self.scenario.options.fine_grained_jct)
+        row[engine.STAT_REWARD] = reward
+        self.stats.append(row)
+        self.completed += completed
+        self.slot += 1
+
+    def _check(self, alloc: Allocation) -> None:
+        n, p = len(self._active), self.scenario.preset
+        if alloc.workers.shape != (n,) or alloc.ps.shape != (n,):
+            raise Dl2Error(f"slot {self.slot}: allocation is for {alloc.workers.shape[0]} jobs, the slot has {n}")
+        if (alloc.workers > p.max_tasks).any() or (alloc.ps > p.max_tasks).any() or (alloc.workers < 0).any() or (alloc.ps < 0).any():
+            raise Dl2Error(f"slot {self.slot}: a job gets more than max_tasks={p.max_tasks} workers or PS")
+        job, role, node = alloc.tasks()
+        if np.bincount(job[role == 0], minlength=n).tolist() != alloc.workers.tolist() or \
+                np.bincount(job[role == 1], minlength=n).tolist() != alloc.ps.tolist():
+            raise Dl2Error(f"slot {self.slot}: placed tasks do not match the workers and PS counts")
+        demand = np.where(role[:, None] == 0, alloc.jobs.worker_demand[job], alloc.jobs.ps_demand[job])
+        used = np.zeros((p.num_nodes, 2), dtype=np.int64)
+        np.add.at(used, node, demand)
+        if (used > self.cluster.capacity).any():
+            raise Dl2Error(f"slot {self.slot}: node {int(np.argwhere(used > self.cluster.capacity)[0, 0])} is over capacity")
+
+
+def _compact(jobs: Jobs, idx: np.ndarray) -> Jobs:
+    """The uncompleted jobs only, with id ranks renumbered among them (same order)."""
+    view = Jobs(*(a[idx] for a in jobs))
+    idrank = np.empty(len(idx), dtype=np.int64)
+    idrank[np.argsort(view.idrank, kind="stable")] = np.arange(len(idx))
+    return view._replace(idrank=idrank)
+
+
+def _remap_tasks(cluster: Cluster, idx: np.ndarray) -> Cluster:
+    """A copy of the cluster whose recorded tasks refer to positions among the uncompleted jobs."""
+    position = np.full(int(idx.max()) + 1 if len(idx) else 1, -1, dtype=np.int64)
+    position[idx] = np.arange(len(idx))
+    copy = Cluster(*(a.copy() for a in cluster))
+    k = int(cluster.num_tasks[0])
+    copy.task_job[:k] = position[cluster.task_job[:k]]
+    return copy

@@ -1,0 +1,110 @@
+"""The slot loop (DESIGN §3): admit arrivals, free the cluster, allocate, train, complete.
+
+`admit_and_reset`, `assign_bundles` and `advance` are the steps; `run_builtin` chains them with a
+built-in policy entirely in compiled code. `dl2.sim.backend` chains the same steps around any Python
+scheduler, so both paths share one definition of the semantics.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from dl2.sim.placement import place_least_loaded, reset_cluster
+from dl2.sim.policies import run_policy
+from dl2.sim.state import BUNDLE, Cluster, Jobs, Recorder
+
+# Per-slot statistics, columns of the `stats` array.
+STAT_CPU_USED, STAT_GPU_USED, STAT_TASK_CHANGES, STAT_RUNNING, STAT_REWARD = 0, 1, 2, 3, 4
+NUM_STATS = 5
+
+
+@njit(cache=True)
+def admit_and_reset(jobs: Jobs, cl: Cluster, slot: int, next_job: int) -> int:
+    """Admit jobs arriving by `slot`, take every task away, free the cluster; returns the next job to admit."""
+    n = jobs.model.shape[0]
+    while next_job < n and jobs.arrival[next_job] <= slot:
+        jobs.active[next_job] = True
+        next_job += 1
+    jobs.workers[:] = 0
+    jobs.ps[:] = 0
+    reset_cluster(cl)
+    return next_job
+
+
+@njit(cache=True)
+def assign_bundles(jobs: Jobs, cl: Cluster) -> None:
+    """The authors' "assign bundle": one bundle per uncompleted job, in arrival order, before the policy."""
+    for i in np.flatnonzero(jobs.active):
+        place_least_loaded(jobs, cl, i, BUNDLE)
+
+
+@njit(cache=True)
+def advance(jobs: Jobs, table: np.ndarray, slot: int, fine_grained: bool) -> tuple[int, float]:
+    """Train every job that has a worker and a PS for one slot; returns (jobs completed, slot reward)."""
+    completed, reward = 0, 0.0
+    for i in range(jobs.model.shape[0]):
+        if not jobs.active[i] or jobs.workers[i] == 0 or jobs.ps[i] == 0:
+            continue
+        epochs = table[jobs.model[i], jobs.ps[i], jobs.workers[i]]
+        if jobs.progress[i] + epochs > jobs.epochs[i]:
+            run_fraction = (jobs.epochs[i] - jobs.progress[i]) / epochs
+            epochs = jobs.epochs[i] - jobs.progress[i]
+            jobs.progress[i] = jobs.epochs[i]
+        else:
+            jobs.progress[i] += epochs
+            run_fraction = 1.0
+        reward += epochs / jobs.epochs[i]
+        if jobs.progress[i] >= jobs.epochs[i]:
+            jobs.end[i] = slot - 1 + run_fraction if fine_grained else slot
+            jobs.active[i] = False
+            completed += 1
+    return completed, reward
+
+
+@njit(cache=True)
+def slot_stats(jobs: Jobs, cl: Cluster, prev_workers: np.ndarray, prev_ps: np.ndarray, out: np.ndarray) -> None:
+    """Fill one row of per-slot statistics and remember this slot's allocation."""
+    out[STAT_CPU_USED] = cl.used[:, 0].sum()
+    out[STAT_GPU_USED] = cl.used[:, 1].sum()
+    changes, running = 0, 0
+    for i in range(jobs.model.shape[0]):
+        changes += abs(jobs.workers[i] - prev_workers[i]) + abs(jobs.ps[i] - prev_ps[i])
+        if jobs.workers[i] > 0 and jobs.ps[i] > 0:
+            running += 1
+        prev_workers[i] = jobs.workers[i]
+        prev_ps[i] = jobs.ps[i]
+    out[STAT_TASK_CHANGES] = changes
+    out[STAT_RUNNING] = running
+
+
+@njit(cache=True)
+def run_builtin(
+    policy: int,
+    jobs: Jobs,
+    cl: Cluster,
+    rec: Recorder,
+    table: np.ndarray,
+    max_tasks: int,
+    fine_grained: bool,
+    assign_bundle: bool,
+    stats: np.ndarray,
+) -> int:
+    """Simulate until every job completes; returns the number of slots, or -1 past `stats` rows."""
+    n = jobs.model.shape[0]
+    prev_workers = np.zeros(n, dtype=np.int64)
+    prev_ps = np.zeros(n, dtype=np.int64)
+    done, next_job, slot = 0, 0, 0
+    while done < n:
+        if slot >= stats.shape[0]:
+            return -1
+        next_job = admit_and_reset(jobs, cl, slot, next_job)
+        if assign_bundle:
+            assign_bundles(jobs, cl)
+        run_policy(policy, jobs, cl, rec, slot, max_tasks, table)
+        slot_stats(jobs, cl, prev_workers, prev_ps, stats[slot])
+        completed, reward = advance(jobs, table, slot, fine_grained)
+        stats[slot, STAT_REWARD] = reward
+        done += completed
+        slot += 1
+    return slot

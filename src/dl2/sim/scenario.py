@@ -1,0 +1,70 @@
+"""A scenario: a preset plus simulation options, resolved into the arrays the simulator needs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from dl2.config import Preset
+from dl2.errors import Dl2Error
+from dl2.sim.state import Jobs, make_jobs
+from dl2.workload.catalog import Catalog, load_catalog
+from dl2.workload.speed import AnalyticalSpeedModel, MeasuredSpeedModel, epochs_table
+from dl2.workload.traces import Trace
+
+SPEED_MODELS = ("measured", "analytical")
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    """How to simulate: DL2-faithful by default (DESIGN §3)."""
+
+    fine_grained_jct: bool = True  # JCT from the fraction of the last slot used; False: whole slots
+    assign_bundle: bool = False  # give every job one bundle before the policy acts (the authors' RL env)
+    speed_model: str = "measured"  # measured table (RBF) or the analytical PS/worker model
+    max_slots: int = 100_000  # give up (an error) if the trace has not finished by then
+
+
+@dataclass(frozen=True)
+class Scenario:
+    preset: Preset
+    options: SimOptions = field(default_factory=SimOptions)
+
+    @property
+    def catalog(self) -> Catalog:
+        return load_catalog(self.preset.speed_table)
+
+    @property
+    def table(self) -> np.ndarray:
+        """Epochs per slot, [model, #PS, #workers], for 0..max_tasks+1 of each."""
+        return _table(self.preset.speed_table, self.options.speed_model, self.preset.max_tasks, self.preset.slot_seconds)
+
+    def jobs(self, trace: Trace) -> tuple[Jobs, np.ndarray]:
+        """Fresh job arrays for `trace`, and the order (trace row per job index) they are in."""
+        if trace.model_names != self.catalog.names:
+            raise Dl2Error("trace was read with a different model catalog than the scenario's")
+        order = np.lexsort((trace.job_id, trace.arrival))
+        c = self.catalog
+        worker = c.worker_demand[trace.model[order]]
+        ps = c.ps_demand[trace.model[order]]
+        bundle = worker + ps
+        too_big = (bundle[:, 0] > self.preset.node_cpu) | (bundle[:, 1] > self.preset.node_gpu)
+        if too_big.any():
+            name = c.names[trace.model[order][too_big.argmax()]]
+            raise Dl2Error(f"a {name} bundle needs more than one node of preset {self.preset.name!r} holds")
+        jobs = make_jobs(trace.model[order], trace.arrival[order], trace.job_id[order], trace.num_epochs[order], worker, ps)
+        return jobs, order
+
+
+@lru_cache(maxsize=16)
+def _table(speed_table: str, speed_model: str, max_tasks: int, slot_seconds: float) -> np.ndarray:
+    catalog = load_catalog(speed_table)
+    if speed_model == "measured":
+        model = MeasuredSpeedModel(catalog, speed_table, slot_seconds)
+    elif speed_model == "analytical":
+        model = AnalyticalSpeedModel(catalog, slot_seconds)
+    else:
+        raise Dl2Error(f"unknown speed model {speed_model!r} (known: {', '.join(SPEED_MODELS)})")
+    return epochs_table(model, catalog.num_models, max_tasks)

@@ -1,0 +1,1 @@
+"""Workload: the DL2 job-type catalog, speed models, and traces."""
