@@ -76,6 +76,8 @@ def load_params(path: str | Path | None = None) -> dict[str, Any]:
         raise Dl2Error(f"{path}: params file not found")
     try:
         params = yaml.safe_load(path.read_text())
+    except UnicodeDecodeError:
+        raise Dl2Error(f"{path}: not a YAML text file") from None
     except yaml.YAMLError as exc:
         raise Dl2Error(f"{path}: not valid YAML: {exc}".replace("\n", " ")) from None
     if not isinstance(params, dict):
@@ -103,3 +105,72 @@ def get_preset(name: str, path: str | Path | None = None) -> Preset:
     if name not in presets:
         raise Dl2Error(f"unknown preset {name!r} (known: {', '.join(presets)})")
     return presets[name]
+
+
+def _section(params: Mapping[str, Any], name: str, where: str) -> Mapping[str, Any]:
+    section = params.get(name)
+    if not isinstance(section, dict):
+        raise Dl2Error(f"{where}: section {name!r} is missing")
+    return section
+
+
+def _require(section: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if key not in section:
+        raise Dl2Error(f"{where} is missing")
+    value = section[key]
+    if isinstance(value, bool) and kind is not bool:
+        raise Dl2Error(f"{where}: expected {getattr(kind, '__name__', kind)}, got {value!r}")
+    if not isinstance(value, kind):
+        raise Dl2Error(f"{where}: expected {getattr(kind, '__name__', kind)}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class TracesParams:
+    """The `traces` stage: which presets, how many traces each, and how they are drawn."""
+
+    presets: tuple[str, ...]
+    num_traces: int
+    seed: int
+    arrivals: str
+    lengths: str
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any], where: str = "params.yaml") -> "TracesParams":
+        s = _section(params, "traces", where)
+        presets = _require(s, "presets", list, f"{where}: traces.presets")
+        num = _require(s, "num_traces", int, f"{where}: traces.num_traces")
+        if num <= 0:
+            raise Dl2Error(f"{where}: traces.num_traces: expected a positive integer, got {num}")
+        seed = _require(s, "seed", int, f"{where}: traces.seed")
+        if seed < 0:
+            raise Dl2Error(f"{where}: traces.seed: expected an integer >= 0, got {seed}")
+        from dl2.workload.traces import ARRIVAL_PATTERNS, LENGTH_PATTERNS
+
+        arrivals = _require(s, "arrivals", str, f"{where}: traces.arrivals")
+        if arrivals not in ARRIVAL_PATTERNS:
+            raise Dl2Error(f"{where}: traces.arrivals: expected one of {ARRIVAL_PATTERNS}, got {arrivals!r}")
+        lengths = _require(s, "lengths", str, f"{where}: traces.lengths")
+        if lengths not in LENGTH_PATTERNS:
+            raise Dl2Error(f"{where}: traces.lengths: expected one of {LENGTH_PATTERNS}, got {lengths!r}")
+        return cls(tuple(presets), num, seed, arrivals, lengths)
+
+
+@dataclass(frozen=True)
+class BaselinesParams:
+    """The `baselines` stage: which policies, and which JCT definition."""
+
+    policies: tuple[str, ...]
+    fine_grained_jct: bool
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any], where: str = "params.yaml") -> "BaselinesParams":
+        from dl2.schedulers import policy_names
+
+        s = _section(params, "baselines", where)
+        policies = _require(s, "policies", list, f"{where}: baselines.policies")
+        for p in policies:
+            if p not in policy_names() and ":" not in str(p):
+                raise Dl2Error(f"{where}: baselines.policies: unknown policy {p!r} (known: {', '.join(policy_names())}, or module:Class)")
+        fine = _require(s, "fine_grained_jct", bool, f"{where}: baselines.fine_grained_jct")
+        return cls(tuple(policies), fine)

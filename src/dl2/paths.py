@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 DATA_DIR = PACKAGE_DIR.parents[1] / "data"
@@ -25,7 +26,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path`; move it into place only if the block succeeds."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=target.suffix or ".tmp", dir=target.parent)
     os.close(fd)
     tmp_path = Path(tmp)
     try:
@@ -39,3 +40,14 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """Write `text` to `path` so that readers see the old file or the whole new one."""
     with atomic_path(path) as tmp:
         tmp.write_text(text)
+
+
+def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
+    """Write `data` as indented JSON, atomically."""
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def write_csv_atomic(path: str | os.PathLike, frame: Any) -> None:
+    """Write a pandas DataFrame as CSV (no index), atomically."""
+    with atomic_path(path) as tmp:
+        frame.to_csv(tmp, index=False)

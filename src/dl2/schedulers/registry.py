@@ -23,12 +23,17 @@ def _load_class(spec: str) -> type:
             raise Dl2Error(f"scheduler file not found: {path}")
         module_spec = importlib.util.spec_from_file_location(path.stem, path)
         module = importlib.util.module_from_spec(module_spec)
-        module_spec.loader.exec_module(module)
+        try:
+            module_spec.loader.exec_module(module)
+        except SyntaxError as exc:
+            raise Dl2Error(f"{path}:{exc.lineno}: syntax error in scheduler file: {exc.msg}") from None
     else:
         try:
             module = importlib.import_module(target)
         except ImportError as exc:
             raise Dl2Error(f"cannot import scheduler module {target!r}: {exc}") from None
+        except SyntaxError as exc:
+            raise Dl2Error(f"{exc.filename}:{exc.lineno}: syntax error in scheduler module: {exc.msg}") from None
     if not hasattr(module, attr):
         raise Dl2Error(f"{target} has no scheduler class {attr!r}")
     return getattr(module, attr)

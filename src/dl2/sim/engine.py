@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from dl2.sim.placement import place_least_loaded, reset_cluster
+from dl2.sim.placement import commit, demand, reset_cluster, task_log, try_least_loaded
 from dl2.sim.policies import run_policy
 from dl2.sim.state import BUNDLE, Cluster, Jobs, Recorder
 
@@ -35,8 +35,12 @@ def admit_and_reset(jobs: Jobs, cl: Cluster, slot: int, next_job: int) -> int:
 @njit(cache=True)
 def assign_bundles(jobs: Jobs, cl: Cluster) -> None:
     """The authors' "assign bundle": one bundle per uncompleted job, in arrival order, before the policy."""
+    tasks = task_log(cl)
     for i in np.flatnonzero(jobs.active):
-        place_least_loaded(jobs, cl, i, BUNDLE)
+        cpu, gpu = demand(jobs.worker_demand, jobs.ps_demand, i, BUNDLE)
+        node = try_least_loaded(cl.heap, cl.used, cl.capacity, cpu, gpu)
+        if node >= 0:
+            commit(jobs.workers, jobs.ps, tasks, i, BUNDLE, node)
 
 
 @njit(cache=True)

@@ -3,6 +3,9 @@
 The node queue is a min-heap of keys `total_used * nodes + node`, so ties go to the lower node index.
 "Try on the least-loaded node" pops the minimum and pushes it back with its new total, success or not:
 the key only grows, so that is one sift-down from the root.
+
+The hot helpers take plain arrays (compiled code passing whole state tuples into helpers is slow);
+`place_least_loaded`, `place_on_node` and `dominant_share` wrap them for the state tuples.
 """
 
 from __future__ import annotations
@@ -40,85 +43,102 @@ def _sift_down(heap: np.ndarray, pos: int) -> None:
 
 
 @njit(cache=True, inline="always")
-def fits(cl: Cluster, node: int, cpu: int, gpu: int) -> bool:
-    return cl.used[node, 0] + cpu <= cl.capacity[0] and cl.used[node, 1] + gpu <= cl.capacity[1]
+def fits(used: np.ndarray, capacity: np.ndarray, node: int, cpu: int, gpu: int) -> bool:
+    return used[node, 0] + cpu <= capacity[0] and used[node, 1] + gpu <= capacity[1]
 
 
 @njit(cache=True, inline="always")
-def try_least_loaded(cl: Cluster, cpu: int, gpu: int) -> int:
+def try_least_loaded(heap: np.ndarray, used: np.ndarray, capacity: np.ndarray, cpu: int, gpu: int) -> int:
     """Take demand (cpu, gpu) on the least-loaded node: its index, or -1 if it does not fit there."""
-    num_nodes = cl.heap.shape[0]
-    node = cl.heap[0] % num_nodes
-    if not fits(cl, node, cpu, gpu):
+    num_nodes = heap.shape[0]
+    node = heap[0] % num_nodes
+    if not fits(used, capacity, node, cpu, gpu):
         return -1
-    cl.used[node, 0] += cpu
-    cl.used[node, 1] += gpu
-    cl.heap[0] = (cl.used[node, 0] + cl.used[node, 1]) * num_nodes + node
-    _sift_down(cl.heap, 0)
+    used[node, 0] += cpu
+    used[node, 1] += gpu
+    heap[0] = (used[node, 0] + used[node, 1]) * num_nodes + node
+    _sift_down(heap, 0)
     return node
 
 
 @njit(cache=True, inline="always")
-def _record_task(cl: Cluster, job: int, role: int, node: int) -> None:
-    k = cl.num_tasks[0]
-    cl.task_job[k] = job
-    cl.task_role[k] = role
-    cl.task_node[k] = node
-    cl.num_tasks[0] = k + 1
+def try_on_node(used: np.ndarray, capacity: np.ndarray, node: int, cpu: int, gpu: int) -> bool:
+    """Take demand (cpu, gpu) on `node` if it fits there (the node queue is not used)."""
+    if not fits(used, capacity, node, cpu, gpu):
+        return False
+    used[node, 0] += cpu
+    used[node, 1] += gpu
+    return True
 
 
 @njit(cache=True, inline="always")
-def demand(jobs: Jobs, i: int, role: int) -> tuple[int, int]:
+def demand(worker_demand: np.ndarray, ps_demand: np.ndarray, i: int, role: int) -> tuple[int, int]:
     """[cpu, gpu] slots of one task of job `i` in `role` (a bundle is a worker plus a PS)."""
     if role == WORKER:
-        return jobs.worker_demand[i, 0], jobs.worker_demand[i, 1]
+        return worker_demand[i, 0], worker_demand[i, 1]
     if role == PS:
-        return jobs.ps_demand[i, 0], jobs.ps_demand[i, 1]
-    return (jobs.worker_demand[i, 0] + jobs.ps_demand[i, 0], jobs.worker_demand[i, 1] + jobs.ps_demand[i, 1])
+        return ps_demand[i, 0], ps_demand[i, 1]
+    return worker_demand[i, 0] + ps_demand[i, 0], worker_demand[i, 1] + ps_demand[i, 1]
 
 
 @njit(cache=True, inline="always")
-def commit(jobs: Jobs, cl: Cluster, i: int, role: int, node: int) -> None:
-    """Count a placed worker, PS or bundle of job `i` on `node` (resources already taken)."""
+def task_log(cl: Cluster) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The cluster's record of placements: (task_job, task_role, task_node, num_tasks)."""
+    return cl.task_job, cl.task_role, cl.task_node, cl.num_tasks
+
+
+@njit(cache=True, inline="always")
+def commit(workers: np.ndarray, ps: np.ndarray, tasks: tuple, i: int, role: int, node: int) -> None:
+    """Count a placed worker, PS or bundle of job `i` on `node` (resources already taken) and log its tasks."""
+    task_job, task_role, task_node, num_tasks = tasks
+    k = num_tasks[0]
     if role == WORKER or role == BUNDLE:
-        jobs.workers[i] += 1
-        _record_task(cl, i, WORKER, node)
+        workers[i] += 1
+        task_job[k], task_role[k], task_node[k] = i, WORKER, node
+        k += 1
     if role == PS or role == BUNDLE:
-        jobs.ps[i] += 1
-        _record_task(cl, i, PS, node)
+        ps[i] += 1
+        task_job[k], task_role[k], task_node[k] = i, PS, node
+        k += 1
+    num_tasks[0] = k
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def place_least_loaded(jobs: Jobs, cl: Cluster, i: int, role: int) -> bool:
     """Try one worker, PS or bundle of job `i` on the least-loaded node."""
-    cpu, gpu = demand(jobs, i, role)
-    node = try_least_loaded(cl, cpu, gpu)
+    cpu, gpu = demand(jobs.worker_demand, jobs.ps_demand, i, role)
+    node = try_least_loaded(cl.heap, cl.used, cl.capacity, cpu, gpu)
     if node < 0:
         return False
-    commit(jobs, cl, i, role, node)
+    commit(jobs.workers, jobs.ps, task_log(cl), i, role, node)
     return True
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def place_on_node(jobs: Jobs, cl: Cluster, i: int, role: int, node: int) -> bool:
     """Try one worker, PS or bundle of job `i` on a given node (the node queue is not used)."""
-    cpu, gpu = demand(jobs, i, role)
-    if not fits(cl, node, cpu, gpu):
+    cpu, gpu = demand(jobs.worker_demand, jobs.ps_demand, i, role)
+    if not try_on_node(cl.used, cl.capacity, node, cpu, gpu):
         return False
-    cl.used[node, 0] += cpu
-    cl.used[node, 1] += gpu
-    commit(jobs, cl, i, role, node)
+    commit(jobs.workers, jobs.ps, task_log(cl), i, role, node)
     return True
 
 
 @njit(cache=True, inline="always")
-def dominant_share(jobs: Jobs, cl: Cluster, i: int) -> float:
-    """max over resource types of the job's share of the whole cluster."""
-    num_nodes = cl.used.shape[0]
+def share_of(workers: np.ndarray, ps: np.ndarray, worker_demand: np.ndarray, ps_demand: np.ndarray,
+             totals: np.ndarray, i: int) -> float:
+    """Dominant share of job `i`, given the cluster's total [cpu, gpu] slots `totals` (nodes * capacity)."""
     best = 0.0
     for k in range(2):
-        used = jobs.workers[i] * jobs.worker_demand[i, k] + jobs.ps[i] * jobs.ps_demand[i, k]
-        share = used / (num_nodes * cl.capacity[k])
+        used = workers[i] * worker_demand[i, k] + ps[i] * ps_demand[i, k]
+        share = used / totals[k]
         if share > best:
             best = share
     return best
+
+
+@njit(cache=True)
+def dominant_share(jobs: Jobs, cl: Cluster, i: int) -> float:
+    """max over resource types of the job's share of the whole cluster."""
+    totals = cl.used.shape[0] * cl.capacity
+    return share_of(jobs.workers, jobs.ps, jobs.worker_demand, jobs.ps_demand, totals, i)

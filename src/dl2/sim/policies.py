@@ -11,7 +11,7 @@ import numpy as np
 from numba import njit
 
 from dl2.sim import pqueue
-from dl2.sim.placement import dominant_share, place_least_loaded, place_on_node
+from dl2.sim.placement import commit, demand, share_of, task_log, try_least_loaded, try_on_node
 from dl2.sim.record import record
 from dl2.sim.state import BUNDLE, PS, VOID, WORKER, Cluster, Jobs, Recorder
 
@@ -23,12 +23,18 @@ NO_UTILITY = -2147483647.0
 @njit(cache=True)
 def _bundles_in_order(jobs: Jobs, cl: Cluster, rec: Recorder, slot: int, max_tasks: int, order: np.ndarray) -> None:
     """Give each job in `order` up to `max_tasks` bundles; the first failure ends the slot."""
+    recording = rec.actions.shape[0] > 0
+    tasks = task_log(cl)
     for i in order:
-        for _ in range(max_tasks):
-            if not place_least_loaded(jobs, cl, i, BUNDLE):
+        cpu, gpu = demand(jobs.worker_demand, jobs.ps_demand, i, BUNDLE)
+        while jobs.workers[i] < max_tasks and jobs.ps[i] < max_tasks:
+            node = try_least_loaded(cl.heap, cl.used, cl.capacity, cpu, gpu)
+            if node < 0:
                 record(rec, jobs, cl, slot, max_tasks, -1, VOID)
                 return
-            record_after(rec, jobs, cl, slot, max_tasks, i, BUNDLE)
+            commit(jobs.workers, jobs.ps, tasks, i, BUNDLE, node)
+            if recording:
+                record_after(rec, jobs, cl, slot, max_tasks, i, BUNDLE)
     record(rec, jobs, cl, slot, max_tasks, -1, VOID)
 
 
@@ -67,28 +73,42 @@ def srtf(jobs: Jobs, cl: Cluster, rec: Recorder, slot: int, max_tasks: int) -> N
 @njit(cache=True)
 def drf(jobs: Jobs, cl: Cluster, rec: Recorder, slot: int, max_tasks: int) -> None:
     """One bundle at a time to the job with the least dominant share; the first failure ends the slot."""
-    q = pqueue.new_pqueue(jobs.model.shape[0])
-    for i in np.flatnonzero(jobs.active):
-        pqueue.push(q, 0.0, i, i)
-    while q.size[0] > 0:
-        _, i = pqueue.pop(q)
-        if not place_least_loaded(jobs, cl, i, BUNDLE):
-            break
-        record_after(rec, jobs, cl, slot, max_tasks, i, BUNDLE)
+    recording = rec.actions.shape[0] > 0
+    tasks = task_log(cl)
+    totals = cl.used.shape[0] * cl.capacity
+    key, tie, item = pqueue.new_pqueue(jobs.model.shape[0])
+    size = 0
+    for i in np.flatnonzero(jobs.active):  # tasks given before the policy (assign bundle) count too
         if jobs.workers[i] < max_tasks and jobs.ps[i] < max_tasks:
-            pqueue.push(q, dominant_share(jobs, cl, i), i, i)
+            share = share_of(jobs.workers, jobs.ps, jobs.worker_demand, jobs.ps_demand, totals, i)
+            size = pqueue.push(key, tie, item, size, share, i, i)
+    while size > 0:
+        i = item[0]
+        cpu, gpu = demand(jobs.worker_demand, jobs.ps_demand, i, BUNDLE)
+        node = try_least_loaded(cl.heap, cl.used, cl.capacity, cpu, gpu)
+        if node < 0:
+            break
+        commit(jobs.workers, jobs.ps, tasks, i, BUNDLE, node)
+        if recording:
+            record_after(rec, jobs, cl, slot, max_tasks, i, BUNDLE)
+        if jobs.workers[i] < max_tasks and jobs.ps[i] < max_tasks:
+            share = share_of(jobs.workers, jobs.ps, jobs.worker_demand, jobs.ps_demand, totals, i)
+            pqueue.replace_top(key, tie, item, size, share, i, i)
+        else:
+            size = pqueue.pop(key, tie, item, size)
     record(rec, jobs, cl, slot, max_tasks, -1, VOID)
 
 
-@njit(cache=True)
-def optimus_utility(jobs: Jobs, table: np.ndarray, i: int) -> tuple[float, int]:
+@njit(cache=True, inline="always")
+def optimus_utility(table: np.ndarray, model: np.ndarray, epochs: np.ndarray, progress: np.ndarray,
+                    workers: np.ndarray, ps: np.ndarray, i: int) -> tuple[float, int]:
     """(priority, role): minus the slots saved by one more worker or PS, whichever saves more."""
-    if jobs.workers[i] == 0:
+    if workers[i] == 0:
         return NO_UTILITY, WORKER
-    if jobs.ps[i] == 0:
+    if ps[i] == 0:
         return NO_UTILITY, PS
-    m, p, w = jobs.model[i], jobs.ps[i], jobs.workers[i]
-    remaining = jobs.epochs[i] - jobs.progress[i]
+    m, p, w = model[i], ps[i], workers[i]
+    remaining = epochs[i] - progress[i]
     base = remaining / table[m, p, w]
     gain_worker = base - remaining / table[m, p, w + 1]
     gain_ps = base - remaining / table[m, p + 1, w]
@@ -100,23 +120,32 @@ def optimus_utility(jobs: Jobs, table: np.ndarray, i: int) -> tuple[float, int]:
 @njit(cache=True)
 def optimus(jobs: Jobs, cl: Cluster, rec: Recorder, slot: int, max_tasks: int, table: np.ndarray) -> None:
     """One task at a time to the job whose next task saves the most time, until nothing helps."""
-    q = pqueue.new_pqueue(jobs.model.shape[0])
-    role_of = np.zeros(jobs.model.shape[0], dtype=np.int64)
+    recording = rec.actions.shape[0] > 0
+    tasks = task_log(cl)
+    model, epochs, progress, workers, ps = jobs.model, jobs.epochs, jobs.progress, jobs.workers, jobs.ps
+    key, tie, item = pqueue.new_pqueue(model.shape[0])
+    size = 0
+    role_of = np.zeros(model.shape[0], dtype=np.int64)
     for i in np.flatnonzero(jobs.active):
-        priority, role_of[i] = optimus_utility(jobs, table, i)
-        pqueue.push(q, priority, jobs.idrank[i], i)
-    while q.size[0] > 0:
-        priority, i = pqueue.pop(q)
-        if priority >= 0:
+        priority, role_of[i] = optimus_utility(table, model, epochs, progress, workers, ps, i)
+        size = pqueue.push(key, tie, item, size, priority, jobs.idrank[i], i)
+    while size > 0:
+        if key[0] >= 0:
             break
+        i = item[0]
         role = role_of[i]
-        if (role == WORKER and jobs.workers[i] >= max_tasks) or (role == PS and jobs.ps[i] >= max_tasks):
+        if (role == WORKER and workers[i] >= max_tasks) or (role == PS and ps[i] >= max_tasks):
+            size = pqueue.pop(key, tie, item, size)
             continue
-        if not place_least_loaded(jobs, cl, i, role):
+        cpu, gpu = demand(jobs.worker_demand, jobs.ps_demand, i, role)
+        node = try_least_loaded(cl.heap, cl.used, cl.capacity, cpu, gpu)
+        if node < 0:
             break
-        record_after(rec, jobs, cl, slot, max_tasks, i, role)
-        priority, role_of[i] = optimus_utility(jobs, table, i)
-        pqueue.push(q, priority, jobs.idrank[i], i)
+        commit(workers, ps, tasks, i, role, node)
+        if recording:
+            record_after(rec, jobs, cl, slot, max_tasks, i, role)
+        priority, role_of[i] = optimus_utility(table, model, epochs, progress, workers, ps, i)
+        pqueue.replace_top(key, tie, item, size, priority, jobs.idrank[i], i)
     record(rec, jobs, cl, slot, max_tasks, -1, VOID)
 
 
@@ -124,40 +153,50 @@ def optimus(jobs: Jobs, cl: Cluster, rec: Recorder, slot: int, max_tasks: int, t
 def tetris(jobs: Jobs, cl: Cluster, rec: Recorder, slot: int, max_tasks: int) -> None:
     """Node by node, bundles to the job with the best alignment + weighted remaining-work score.
 
-    As the DL2 authors coded it: the score rewards *more* remaining work.
+    As the DL2 authors coded it: the score rewards *more* remaining work. Per job (in id order) the
+    alignment is free_cpu * cpu + free_gpu * gpu and the work (cpu + gpu) * remaining fraction; the work
+    and its sum (in id order) are fixed for the slot, and the alignments are integers, so their sum is
+    exact in any order.
     """
     active = np.flatnonzero(jobs.active)
     if active.shape[0] == 0:
         return
+    recording = rec.actions.shape[0] > 0
+    tasks = task_log(cl)
     by_id = active[np.argsort(jobs.idrank[active])]
-    num_nodes = cl.used.shape[0]
-    align = np.zeros(jobs.model.shape[0])
-    work = np.zeros(jobs.model.shape[0])
-    for node in range(num_nodes):
+    count = by_id.shape[0]
+    cpu = np.empty(count, dtype=np.int64)
+    gpu = np.empty(count, dtype=np.int64)
+    work = np.empty(count)
+    cpu_sum, gpu_sum, work_sum = 0, 0, 0.0
+    for j in range(count):
+        i = by_id[j]
+        cpu[j], gpu[j] = demand(jobs.worker_demand, jobs.ps_demand, i, BUNDLE)
+        work[j] = (cpu[j] + gpu[j]) * (1.0 - jobs.progress[i] / jobs.epochs[i])
+        cpu_sum += cpu[j]
+        gpu_sum += gpu[j]
+        work_sum += work[j]
+    used, capacity, workers = cl.used, cl.capacity, jobs.workers
+    for node in range(used.shape[0]):
         while True:
-            free_cpu = cl.capacity[0] - cl.used[node, 0]
-            free_gpu = cl.capacity[1] - cl.used[node, 1]
-            align_sum, work_sum = 0.0, 0.0
-            for i in by_id:
-                cpu = jobs.worker_demand[i, 0] + jobs.ps_demand[i, 0]
-                gpu = jobs.worker_demand[i, 1] + jobs.ps_demand[i, 1]
-                work[i] = (cpu + gpu) * (1.0 - jobs.progress[i] / jobs.epochs[i])
-                align[i] = free_cpu * cpu + free_gpu * gpu
-                align_sum += align[i]
-                work_sum += work[i]
-            weight = (align_sum / by_id.shape[0]) / (work_sum / by_id.shape[0])
+            free_cpu = capacity[0] - used[node, 0]
+            free_gpu = capacity[1] - used[node, 1]
+            align_sum = float(free_cpu * cpu_sum + free_gpu * gpu_sum)
+            weight = (align_sum / count) / (work_sum / count)
             if weight == 0:
                 break
             best, best_score = -1, -np.inf
-            for i in by_id:
-                if jobs.workers[i] >= max_tasks:
+            for j in range(count):
+                if workers[by_id[j]] >= max_tasks:
                     continue
-                score = align[i] + weight * work[i]
+                score = float(free_cpu * cpu[j] + free_gpu * gpu[j]) + weight * work[j]
                 if score > best_score:
-                    best, best_score = i, score
-            if best < 0 or not place_on_node(jobs, cl, best, BUNDLE, node):
+                    best, best_score = j, score
+            if best < 0 or not try_on_node(used, capacity, node, cpu[best], gpu[best]):
                 break
-            record_after(rec, jobs, cl, slot, max_tasks, best, BUNDLE)
+            commit(workers, jobs.ps, tasks, by_id[best], BUNDLE, node)
+            if recording:
+                record_after(rec, jobs, cl, slot, max_tasks, by_id[best], BUNDLE)
     record(rec, jobs, cl, slot, max_tasks, -1, VOID)
 
 

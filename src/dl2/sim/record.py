@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from numba import njit
 
-from dl2.sim.placement import dominant_share
+from dl2.sim.placement import share_of
 from dl2.sim.state import VOID, Cluster, Jobs, Recorder
 
 
@@ -22,12 +22,14 @@ def record(rec: Recorder, jobs: Jobs, cl: Cluster, slot: int, max_tasks: int, jo
         return
     window = rec.states.shape[1]
     k = rec.count[0]
+    workers, ps = jobs.workers, jobs.ps
+    totals = cl.used.shape[0] * cl.capacity
     position = -1
     filled = 0
     for i in range(jobs.model.shape[0]):
         if filled == window:
             break
-        if not jobs.active[i] or (jobs.workers[i] >= max_tasks and jobs.ps[i] >= max_tasks):
+        if not jobs.active[i] or (workers[i] >= max_tasks and ps[i] >= max_tasks):
             continue
         if i == job:
             position = filled
@@ -36,9 +38,9 @@ def record(rec: Recorder, jobs: Jobs, cl: Cluster, slot: int, max_tasks: int, jo
             row[0] = jobs.model[i] + 1
             row[1] = slot - jobs.arrival[i]
             row[2] = 1.0 - jobs.progress[i] / jobs.epochs[i]
-            row[3] = dominant_share(jobs, cl, i)
-            row[4] = jobs.workers[i]
-            row[5] = jobs.ps[i]
+            row[3] = share_of(workers, ps, jobs.worker_demand, jobs.ps_demand, totals, i)
+            row[4] = workers[i]
+            row[5] = ps[i]
         filled += 1
     if role != VOID and position < 0:
         rec.outside_window[0] += 1

@@ -7,6 +7,7 @@ A trace file is a CSV with a header and one job per row: `job_id,arrival_slot,mo
 from __future__ import annotations
 
 import csv
+import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,20 +157,30 @@ def read_trace(path: str | Path, catalog: Catalog) -> Trace:
     if not path.is_file():
         raise Dl2Error(f"{path}: trace file not found")
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError:
         raise Dl2Error(f"{path}: not a CSV text file") from None
     if not text.strip():
         raise Dl2Error(f"{path}: empty file (expected a header {','.join(COLUMNS)} and one row per job)")
-    reader = csv.reader(text.splitlines())
-    header = [h.strip() for h in next(reader)]
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = [h.strip() for h in next(reader)]
+    except csv.Error as exc:
+        raise Dl2Error(f"{path}:1: not a CSV header ({exc})") from None
     missing = [c for c in COLUMNS if c not in header]
     if missing:
         raise Dl2Error(f"{path}:1: missing column {missing[0]!r} (header must name {','.join(COLUMNS)})")
     col = {c: header.index(c) for c in COLUMNS}
     ids, arrivals, models, epochs = [], [], [], []
     seen: dict[int, int] = {}
-    for lineno, row in enumerate(reader, start=2):
+    while True:
+        lineno = reader.line_num + 1
+        try:
+            row = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as exc:
+            raise Dl2Error(f"{path}:{lineno}: not a CSV row ({exc})") from None
         if not row or not any(cell.strip() for cell in row):
             continue
         where = f"{path}:{lineno}"

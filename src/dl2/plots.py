@@ -1,0 +1,81 @@
+"""Seaborn figures of the pipeline, and saving them (atomically, and into the active MLflow run)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import mlflow  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from dl2.paths import atomic_path  # noqa: E402
+
+sns.set_theme(style="whitegrid", context="notebook")
+
+
+def save_figure(fig: plt.Figure, path: str | Path, dpi: int = 120, log: bool = True) -> Path:
+    """Write `fig` to `path` (format from the suffix) and, with an active MLflow run, log it as an artifact."""
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format=path.suffix.lstrip("."), bbox_inches="tight", dpi=dpi)
+    if log and mlflow.active_run() is not None:
+        mlflow.log_artifact(str(path), artifact_path="figures")
+    return path
+
+
+def arrivals_figure(traces: pd.DataFrame) -> plt.Figure:
+    """Jobs arriving per slot, and the job-type mix, per preset (`traces`: one row per job)."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    per_slot = traces.groupby(["preset", "trace", "arrival_slot"]).size().rename("arrivals").reset_index()
+    sns.lineplot(per_slot, x="arrival_slot", y="arrivals", hue="preset", ax=axes[0])
+    axes[0].set(title="Arrivals per slot (mean and 95% CI over traces)", xlabel="slot", ylabel="jobs")
+    sns.countplot(traces, y="model", hue="preset", ax=axes[1])
+    axes[1].set(title="Job types", xlabel="jobs", ylabel="")
+    fig.tight_layout()
+    return fig
+
+
+def jct_bars(summary: pd.DataFrame) -> plt.Figure:
+    """Average JCT per policy and preset, bars at the mean over traces with the standard deviation."""
+    grid = sns.catplot(summary, kind="bar", x="policy", y="avg_jct", col="preset", errorbar="sd",
+                       sharey=False, height=4, aspect=1.2, hue="policy", legend=False)
+    for ax, (_, part) in zip(grid.axes.flat, summary.groupby("preset", sort=False)):
+        ax.axhline(part.lower_bound_avg_jct.mean(), color="black", ls="--", lw=1, label="lower bound")
+        ax.legend(loc="upper right")
+    grid.set_axis_labels("", "average JCT (slots)")
+    grid.figure.suptitle("Average JCT per policy (mean ± sd over traces)", y=1.03)
+    return grid.figure
+
+
+def jct_cdf(jobs: pd.DataFrame) -> plt.Figure:
+    """Distribution of per-job JCT per policy and preset."""
+    grid = sns.displot(jobs, kind="ecdf", x="jct", hue="policy", col="preset", height=4, aspect=1.2,
+                       facet_kws={"sharex": False})
+    grid.set_axis_labels("JCT (slots)", "fraction of jobs")
+    grid.figure.suptitle("JCT CDF", y=1.03)
+    return grid.figure
+
+
+def utilization(slots: pd.DataFrame) -> plt.Figure:
+    """GPU and CPU utilization per slot, mean over traces, per policy and preset."""
+    long = slots.melt(id_vars=["preset", "trace", "policy", "slot"], value_vars=["gpu_util", "cpu_util"],
+                      var_name="resource", value_name="utilization")
+    grid = sns.relplot(long, kind="line", x="slot", y="utilization", hue="policy", row="resource", col="preset",
+                       errorbar=None, height=3, aspect=1.6, facet_kws={"sharex": False})
+    grid.figure.suptitle("Cluster utilization over time (mean over traces)", y=1.02)
+    return grid.figure
+
+
+def bound_ratio(summary: pd.DataFrame) -> plt.Figure:
+    """Each policy's average JCT divided by the contention-free lower bound, per trace."""
+    grid = sns.catplot(summary, kind="box", x="policy", y="ratio_to_lower_bound", col="preset", hue="policy",
+                       sharey=False, height=4, aspect=1.2, legend=False)
+    for ax in grid.axes.flat:
+        ax.axhline(1.0, color="black", ls="--", lw=1)
+    grid.set_axis_labels("", "average JCT / lower bound")
+    grid.figure.suptitle("Distance to the contention-free lower bound (1 = optimal)", y=1.03)
+    return grid.figure

@@ -1,0 +1,103 @@
+"""The pipeline for real: papermill-executed notebooks, an MLflow store, and `dvc repro` on a copy."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import mlflow
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from dl2.errors import Dl2Error
+from dl2.paths import repo_root
+from dl2.stages import STAGES, run_stage
+
+pytestmark = pytest.mark.slow
+
+
+def _tiny_params(path: Path) -> Path:
+    params = yaml.safe_load((repo_root() / "params.yaml").read_text())
+    params["traces"].update(presets=["paper"], num_traces=2)
+    params["baselines"]["policies"] = ["drf", "optimus"]
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    mlflow.set_tracking_uri(uri)
+    return MlflowClient(uri)
+
+
+def test_a_failing_stage_is_marked_failed_and_leaves_no_notebook(tmp_path, store):
+    params = _tiny_params(tmp_path / "params.yaml")
+    data = tmp_path / "data"  # no traces: the baselines notebook fails
+    with pytest.raises(Dl2Error, match="stage baselines: notebook failed"):
+        run_stage("baselines", params, data, progress=False)
+    assert not (data / "executed" / "baselines.ipynb").exists()
+    (run,) = store.search_runs([store.get_experiment_by_name("dl2").experiment_id])
+    assert run.info.status == "FAILED"
+
+
+def _dvc(cwd: Path, *args: str) -> str:
+    dvc = Path(sys.executable).with_name("dvc")
+    done = subprocess.run([str(dvc), *args], cwd=cwd, capture_output=True, text=True, env=os.environ.copy())
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_dvc_repro_runs_once_then_only_what_a_parameter_touches(tmp_path, monkeypatch):
+    root = repo_root()
+    copy = tmp_path / "repo"
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=root, capture_output=True, text=True, check=True).stdout.split()
+    for name in files:
+        if name.startswith("data/") and not name.startswith("data/reference/"):
+            continue
+        if (root / name).is_file():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(root / name, copy / name)
+    _tiny_params(copy / "params.yaml")
+    subprocess.run(["git", "init", "-q"], cwd=copy, check=True)
+    monkeypatch.setenv("DL2_ROOT", str(copy))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+
+    first = _dvc(copy, "repro")
+    for stage in STAGES:
+        assert f"Running stage '{stage}'" in first
+        assert (copy / "data" / "executed" / f"{stage}.ipynb").is_file()
+    assert len(list((copy / "data" / "traces" / "paper").glob("trace_*.csv"))) == 2
+    for figure in ("avg_jct", "bound_ratio", "jct_cdf", "utilization"):
+        assert (copy / "data" / "report" / f"{figure}.png").stat().st_size > 1000
+    assert "metrics.json" in _dvc(copy, "metrics", "show")
+
+    # one MLflow run per stage, in the SQLite store at the project root
+    store = MlflowClient(f"sqlite:///{copy / 'mlflow.db'}")
+    runs = store.search_runs([store.get_experiment_by_name("dl2").experiment_id])
+    assert sorted(r.data.tags["dl2.stage"] for r in runs) == sorted(STAGES)
+    for run in runs:
+        assert run.info.status == "FINISHED"
+        assert run.data.tags["mlflow.source.git.commit"]
+        assert "notebook" in [a.path for a in store.list_artifacts(run.info.run_id)]
+    baselines = next(r for r in runs if r.data.tags["dl2.stage"] == "baselines")
+    assert baselines.data.params["baselines.policies"] == "drf,optimus"
+    assert baselines.data.metrics["paper.drf.avg_jct"] > baselines.data.metrics["paper.optimus.avg_jct"]
+    report = next(r for r in runs if r.data.tags["dl2.stage"] == "report")
+    assert {"avg_jct.png", "utilization.png"} <= {Path(a.path).name for a in store.list_artifacts(report.info.run_id, "figures")}
+
+    second = _dvc(copy, "repro")
+    assert "Running stage" not in second
+
+    params = yaml.safe_load((copy / "params.yaml").read_text())
+    params["report"]["figure_dpi"] = 80
+    (copy / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    third = _dvc(copy, "repro")
+    assert "Running stage 'report'" in third
+    assert "Running stage 'traces'" not in third and "Running stage 'baselines'" not in third
