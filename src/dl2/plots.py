@@ -79,3 +79,40 @@ def bound_ratio(summary: pd.DataFrame) -> plt.Figure:
     grid.set_axis_labels("", "average JCT / lower bound")
     grid.figure.suptitle("Distance to the contention-free lower bound (1 = optimal)", y=1.03)
     return grid.figure
+
+
+def learning_curves(history: pd.DataFrame, x: str, panels: dict[str, list[str]]) -> plt.Figure:
+    """One panel per entry of `panels` (title -> history columns), against `x`."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6), squeeze=False)
+    for ax, (title, columns) in zip(axes[0], panels.items()):
+        present = [c for c in columns if c in history]
+        long = history.melt(id_vars=[x], value_vars=present, var_name="series").dropna()
+        sns.lineplot(long, x=x, y="value", hue="series", marker="o", ax=ax)
+        ax.set(title=title, xlabel=x, ylabel="")
+    fig.tight_layout()
+    return fig
+
+
+def fig9_bars(results: pd.DataFrame) -> plt.Figure:
+    """Paper Fig. 9: average JCT per policy (mean ± sd over validation traces), with the lower bound."""
+    order = results.groupby("policy", sort=False).avg_jct.mean().sort_values(ascending=False).index
+    fig, ax = plt.subplots(figsize=(9, 4))
+    sns.barplot(results, x="policy", y="avg_jct", order=order, errorbar="sd", hue="policy", legend=False, ax=ax)
+    ax.axhline(results.lower_bound.mean(), color="black", ls="--", lw=1, label="lower bound")
+    ax.set(title="Average JCT on validation traces (mean ± sd)", xlabel="", ylabel="average JCT (slots)")
+    ax.legend()
+    ax.tick_params(axis="x", rotation=20)
+    fig.tight_layout()
+    return fig
+
+
+def fig10_curves(history: pd.DataFrame, drf_jct: float, bound: float) -> plt.Figure:
+    """Paper Fig. 10: validation JCT against training updates per run, DRF and the bound as lines."""
+    fig, ax = plt.subplots(figsize=(8, 4))
+    sns.lineplot(history, x="update", y="val_jct_sampled", hue="run", marker="o", ax=ax)
+    ax.axhline(drf_jct, color="gray", ls="-.", lw=1, label="DRF")
+    ax.axhline(bound, color="black", ls="--", lw=1, label="lower bound")
+    ax.set(title="Validation JCT during RL fine-tuning", xlabel="update", ylabel="average JCT (slots)")
+    ax.legend()
+    fig.tight_layout()
+    return fig

@@ -18,13 +18,16 @@ from dl2.errors import Dl2Error
 from dl2.paths import atomic_path, repo_root
 from dl2.tracking import create_stage_run, tracking_uri
 
-STAGES = ("traces", "baselines", "report")
+STAGES = ("traces", "baselines", "report", "pretrain", "finetune", "evaluate")
+LEARN_STAGES = ("pretrain", "finetune", "evaluate")
 
 
 def stage_parameters(stage: str, params: dict[str, Any], where: str) -> dict[str, Any]:
     """The notebook parameters of `stage`, checked: its params.yaml section (and what it reads of others)."""
     if stage not in STAGES:
         raise Dl2Error(f"unknown stage {stage!r} (known: {', '.join(STAGES)})")
+    if stage in LEARN_STAGES:
+        return _learn_parameters(stage, params, where)
     traces = TracesParams.from_params(params, where)
     presets = load_presets(where)
     for name in traces.presets:
@@ -43,6 +46,21 @@ def stage_parameters(stage: str, params: dict[str, Any], where: str) -> dict[str
     return {"presets": list(traces.presets), "figure_dpi": dpi}
 
 
+def _learn_parameters(stage: str, params: dict[str, Any], where: str) -> dict[str, Any]:
+    from dl2.learn import workflow
+
+    settings = workflow.learn_settings(params, where)
+    if settings.preset not in load_presets(where):
+        raise Dl2Error(f"{where}: learn.preset: unknown preset {settings.preset!r}")
+    workflow.pretrain_config(params, where)
+    workflow.finetune_config(params, where)
+    evaluate = params.get("evaluate") or {}
+    if not isinstance(evaluate.get("heuristics", []), list):
+        raise Dl2Error(f"{where}: evaluate.heuristics: expected a list of policy names")
+    return {"learn": params.get("learn") or {}, "pretrain": params.get("pretrain") or {},
+            "finetune": params.get("finetune") or {}, "evaluate": evaluate}
+
+
 def run_stage(stage: str, params_file: str | Path | None = None, data_dir: str | Path | None = None,
               executed: str | Path | None = None, progress: bool = True) -> Path:
     """Execute `notebooks/<stage>.ipynb` with its parameters; returns the executed notebook's path."""
@@ -53,7 +71,8 @@ def run_stage(stage: str, params_file: str | Path | None = None, data_dir: str |
     data_dir = Path(data_dir or root / "data").resolve()
     executed = Path(executed or data_dir / "executed" / f"{stage}.ipynb").resolve()
     parameters.update(params_file=str(params_file), data_dir=str(data_dir))
-    logged = {section: params[section] for section in params if section in (stage, "traces") or section == "presets"}
+    reads = ("learn", "pretrain", "finetune") if stage in LEARN_STAGES else ("traces",)
+    logged = {section: params[section] for section in params if section in (stage, "presets", *reads)}
     run_id = create_stage_run(stage, logged)
     parameters["run_id"] = run_id
     client = MlflowClient(tracking_uri())

@@ -1,0 +1,1 @@
+"""DL2 learning: the decision environment, features, networks, pretraining, RL fine-tuning, evaluation."""

@@ -1,0 +1,186 @@
+"""The DL2 decision environment: one policy decision at a time on the simulator (DESIGN §3, §5).
+
+Each slot: admit arrivals, free the cluster, optionally give every job one bundle ("assign bundle"),
+then ask the policy repeatedly for one of `3*window + 1` actions. A placed action asks again; void, an
+allocation failure, or nothing left to decide ends the slot, which then trains and pays its reward
+(sum over jobs of epochs trained / epochs). Slots with nothing to decide run without asking.
+
+`DecisionEnv` follows Gymnasium's `reset`/`step` (masks in `info`); `VecEnv` steps several at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+from numba import njit
+
+from dl2.sim import engine
+from dl2.sim.placement import place_least_loaded
+from dl2.sim.scenario import Scenario
+from dl2.sim.state import NUM_FEATURES, Cluster, Jobs, make_cluster
+from dl2.sim.window import action_mask, observe_window
+from dl2.workload.traces import Trace
+
+CONTINUE, SLOT_END, DONE, TRUNCATED = 0, 1, 2, 3
+SLOT, NEXT_JOB, COMPLETED = 0, 1, 2  # fields of the control array
+
+
+@njit(cache=True)
+def _start_slot(jobs: Jobs, cl: Cluster, ctl: np.ndarray, max_tasks: int, assign_bundle: bool,
+                state: np.ndarray, window_jobs: np.ndarray, mask: np.ndarray) -> int:
+    ctl[NEXT_JOB] = engine.admit_and_reset(jobs, cl, ctl[SLOT], ctl[NEXT_JOB])
+    if assign_bundle:
+        engine.assign_bundles(jobs, cl)
+    observe_window(jobs, cl, ctl[SLOT], max_tasks, state, window_jobs)
+    return action_mask(jobs, window_jobs, max_tasks, mask)
+
+
+@njit(cache=True)
+def _finish_slots(jobs: Jobs, cl: Cluster, table: np.ndarray, ctl: np.ndarray, max_tasks: int, fine_grained: bool,
+                  assign_bundle: bool, max_slots: int, state: np.ndarray, window_jobs: np.ndarray,
+                  mask: np.ndarray) -> tuple[int, float]:
+    """Train the current slot, then run slots until one needs a decision; (status, the slot's reward)."""
+    n = jobs.model.shape[0]
+    completed, reward = engine.advance(jobs, table, ctl[SLOT], fine_grained)
+    ctl[COMPLETED] += completed
+    ctl[SLOT] += 1
+    while ctl[COMPLETED] < n:
+        if ctl[SLOT] >= max_slots:
+            return TRUNCATED, reward
+        if _start_slot(jobs, cl, ctl, max_tasks, assign_bundle, state, window_jobs, mask) > 0:
+            return SLOT_END, reward
+        completed, _ = engine.advance(jobs, table, ctl[SLOT], fine_grained)
+        ctl[COMPLETED] += completed
+        ctl[SLOT] += 1
+    return DONE, reward
+
+
+@njit(cache=True)
+def env_reset(jobs: Jobs, cl: Cluster, table: np.ndarray, ctl: np.ndarray, max_tasks: int, fine_grained: bool,
+              assign_bundle: bool, max_slots: int, state: np.ndarray, window_jobs: np.ndarray, mask: np.ndarray) -> int:
+    """Start an episode at slot 0 and run to the first decision; returns a status."""
+    ctl[:] = 0
+    while ctl[COMPLETED] < jobs.model.shape[0]:
+        if ctl[SLOT] >= max_slots:
+            return TRUNCATED
+        if _start_slot(jobs, cl, ctl, max_tasks, assign_bundle, state, window_jobs, mask) > 0:
+            return CONTINUE
+        completed, _ = engine.advance(jobs, table, ctl[SLOT], fine_grained)
+        ctl[COMPLETED] += completed
+        ctl[SLOT] += 1
+    return DONE
+
+
+@njit(cache=True)
+def env_step(jobs: Jobs, cl: Cluster, table: np.ndarray, ctl: np.ndarray, action: int, max_tasks: int,
+             fine_grained: bool, assign_bundle: bool, max_slots: int, state: np.ndarray, window_jobs: np.ndarray,
+             mask: np.ndarray) -> tuple[int, float]:
+    """Apply one action; returns (status, reward): reward is the slot's when the action ended it, else 0."""
+    window = window_jobs.shape[0]
+    if action < 3 * window and mask[action]:
+        job = window_jobs[action // 3]
+        if place_least_loaded(jobs, cl, job, action % 3):
+            observe_window(jobs, cl, ctl[SLOT], max_tasks, state, window_jobs)
+            if action_mask(jobs, window_jobs, max_tasks, mask) > 0:
+                return CONTINUE, 0.0
+    return _finish_slots(jobs, cl, table, ctl, max_tasks, fine_grained, assign_bundle, max_slots, state, window_jobs, mask)
+
+
+class DecisionEnv:
+    """One simulated cluster running traces one after another (Gymnasium-style API).
+
+    `reset()` -> (state, info); `step(action)` -> (state, reward, terminated, truncated, info).
+    The state is the raw window (window, 6); `info["mask"]` lists the legal actions, `info["slot_end"]`
+    whether the action ended a slot (its reward is the slot's), `info["jct"]` per-job JCTs at the end.
+    """
+
+    def __init__(self, traces: Sequence[Trace], scenario: Scenario, window: int = 20, seed: int = 0,
+                 shuffle: bool = True):
+        if not traces:
+            raise ValueError("DecisionEnv needs at least one trace")
+        self.traces, self.scenario, self.window = list(traces), scenario, window
+        self.rng = np.random.default_rng(seed)
+        self.shuffle = shuffle
+        self.table = scenario.table
+        p, o = scenario.preset, scenario.options
+        self.max_tasks, self.fine_grained, self.assign_bundle, self.max_slots = p.max_tasks, o.fine_grained_jct, o.assign_bundle, o.max_slots
+        self.cluster = make_cluster(p.num_nodes, p.node_cpu, p.node_gpu)
+        self.state = np.zeros((window, NUM_FEATURES), dtype=np.float32)
+        self.window_jobs = np.full(window, -1, dtype=np.int64)
+        self.mask = np.zeros(3 * window + 1, dtype=np.bool_)
+        self.ctl = np.zeros(3, dtype=np.int64)
+        self._next_trace = 0
+        self.trace: Trace | None = None
+
+    @property
+    def num_actions(self) -> int:
+        return 3 * self.window + 1
+
+    @property
+    def slot(self) -> int:
+        return int(self.ctl[SLOT])
+
+    def reset(self, seed: int | None = None, trace: Trace | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        if trace is None:
+            index = int(self.rng.integers(len(self.traces))) if self.shuffle else self._next_trace % len(self.traces)
+            self._next_trace += 1
+            trace = self.traces[index]
+        self.trace = trace
+        self.jobs, self.order = self.scenario.jobs(trace)
+        status = env_reset(self.jobs, self.cluster, self.table, self.ctl, self.max_tasks, self.fine_grained,
+                           self.assign_bundle, self.max_slots, self.state, self.window_jobs, self.mask)
+        if status != CONTINUE:
+            raise RuntimeError("trace has no decision to make")
+        return self.state, {"mask": self.mask, "slot": self.slot}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        status, reward = env_step(self.jobs, self.cluster, self.table, self.ctl, int(action), self.max_tasks,
+                                  self.fine_grained, self.assign_bundle, self.max_slots, self.state,
+                                  self.window_jobs, self.mask)
+        info: dict[str, Any] = {"mask": self.mask, "slot": self.slot, "slot_end": status != CONTINUE}
+        if status == DONE:
+            info["jct"] = self.jct()
+        return self.state, reward, status == DONE, status == TRUNCATED, info
+
+    def jct(self) -> np.ndarray:
+        """Per-job JCT of the current trace, in trace order (nan for unfinished jobs)."""
+        end = np.empty(len(self.order))
+        end[self.order] = self.jobs.end
+        return end - self.trace.arrival + 1.0
+
+
+class VecEnv:
+    """Several `DecisionEnv`s stepped together: states (n, window, 6), masks (n, actions).
+
+    An environment whose episode ends starts the next trace at once; `finished` collects
+    (env index, average JCT) of every episode completed.
+    """
+
+    def __init__(self, envs: Sequence[DecisionEnv]):
+        self.envs = list(envs)
+        self.finished: list[tuple[int, float]] = []
+
+    def reset(self) -> tuple[np.ndarray, np.ndarray]:
+        for env in self.envs:
+            env.reset()
+        return self.observe()
+
+    def observe(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.stack([e.state for e in self.envs]), np.stack([e.mask for e in self.envs])
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Apply one action per env; returns (rewards, slot_ended, states, masks)."""
+        rewards = np.zeros(len(self.envs))
+        ended = np.zeros(len(self.envs), dtype=np.bool_)
+        for k, (env, action) in enumerate(zip(self.envs, actions)):
+            _, reward, terminated, truncated, info = env.step(int(action))
+            rewards[k], ended[k] = reward, info["slot_end"]
+            if terminated or truncated:
+                if terminated:
+                    self.finished.append((k, float(np.mean(info["jct"]))))
+                env.reset()
+        states, masks = self.observe()
+        return rewards, ended, states, masks

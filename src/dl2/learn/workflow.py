@@ -1,0 +1,138 @@
+"""The learning stages as functions the notebooks call: settings from `params.yaml`, traces, runs.
+
+`learn` (shared), `pretrain`, `finetune` and `evaluate` sections are checked here, with errors naming
+the key. Training and validation traces come from one seed and never overlap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+import torch
+
+from dl2.config import get_preset
+from dl2.errors import Dl2Error
+from dl2.learn.agent import DL2Policy
+from dl2.learn.nets import NET_PRESETS, NetConfig, net_config
+from dl2.learn.pretrain import PretrainConfig
+from dl2.learn.rl import RLConfig, Trainer
+from dl2.sim.scenario import Scenario, SimOptions
+from dl2.workload.traces import Trace, generate_trace
+
+
+@dataclass(frozen=True)
+class LearnSettings:
+    preset: str = "paper"
+    window: int = 20
+    network: str = "paper"
+    hidden: tuple[int, ...] | None = None
+    one_hot: bool | None = None
+    assign_bundle: bool = True
+    train_traces: int = 40
+    validation_traces: int = 10
+    seed: int = 7
+
+
+def _typed(cls, section: Mapping[str, Any] | None, name: str, where: str):
+    """Build dataclass `cls` from a params section, naming the bad key in errors."""
+    section = dict(section or {})
+    known = {f.name: f for f in fields(cls)}
+    for key, value in section.items():
+        if key not in known:
+            raise Dl2Error(f"{where}: {name}.{key}: unknown key (known: {', '.join(known)})")
+        default = known[key].default
+        if key == "one_hot" and value is not None and not isinstance(value, bool):
+            raise Dl2Error(f"{where}: {name}.one_hot: expected true, false or null, got {value!r}")
+        if key == "hidden" and value is not None:
+            if not isinstance(value, list) or not value or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
+                raise Dl2Error(f"{where}: {name}.hidden: expected a list of positive integers, got {value!r}")
+            section[key] = tuple(value)
+        elif default is not None and not isinstance(default, tuple):
+            kind = type(default)
+            ok = isinstance(value, kind) and not (isinstance(value, bool) and kind is not bool)
+            if kind is float and isinstance(value, int) and not isinstance(value, bool):
+                section[key], ok = float(value), True
+            if not ok:
+                raise Dl2Error(f"{where}: {name}.{key}: expected {kind.__name__}, got {value!r}")
+            if kind in (int, float) and value < 0:
+                raise Dl2Error(f"{where}: {name}.{key}: expected a non-negative number, got {value!r}")
+    try:
+        return cls(**section)
+    except Dl2Error as exc:
+        raise Dl2Error(f"{where}: {name}: {exc}") from None
+
+
+def learn_settings(params: Mapping[str, Any], where: str = "params.yaml") -> LearnSettings:
+    s = _typed(LearnSettings, params.get("learn"), "learn", where)
+    if s.network not in NET_PRESETS:
+        raise Dl2Error(f"{where}: learn.network: expected one of {', '.join(NET_PRESETS)}, got {s.network!r}")
+    if s.train_traces <= 0 or s.validation_traces <= 0 or s.window <= 0:
+        raise Dl2Error(f"{where}: learn: train_traces, validation_traces and window must be positive")
+    return s
+
+
+def pretrain_config(params: Mapping[str, Any], where: str = "params.yaml") -> PretrainConfig:
+    return _typed(PretrainConfig, params.get("pretrain"), "pretrain", where)
+
+
+def finetune_config(params: Mapping[str, Any], where: str = "params.yaml") -> RLConfig:
+    return _typed(RLConfig, params.get("finetune"), "finetune", where)
+
+
+def network(settings: LearnSettings) -> NetConfig:
+    return net_config(settings.network, window=settings.window, hidden=settings.hidden, one_hot=settings.one_hot)
+
+
+def scenario(settings: LearnSettings, params_file: str | None = None, speed_model: str = "measured") -> Scenario:
+    """The learning scenario; `speed_model="analytical"` is OfflineRL's training world."""
+    return Scenario(get_preset(settings.preset, params_file),
+                    SimOptions(assign_bundle=settings.assign_bundle, speed_model=speed_model, max_slots=2000))
+
+
+def split_traces(settings: LearnSettings, sc: Scenario) -> tuple[list[Trace], list[Trace]]:
+    """(training, validation) traces from `settings.seed`: disjoint seeds, so disjoint traces."""
+    seeds = np.random.SeedSequence(settings.seed).spawn(settings.train_traces + settings.validation_traces)
+    traces = [generate_trace(sc.preset, sc.catalog, s) for s in seeds]
+    return traces[: settings.train_traces], traces[settings.train_traces:]
+
+
+RUNS = {  # name: (speed model the RL trains on, start from the pretrained policy)
+    "sl-rl": ("measured", True),
+    "rl-only": ("measured", False),
+    "offline-rl": ("analytical", True),
+}
+
+
+def finetune_run(name: str, settings: LearnSettings, rl: RLConfig, pretrained: DL2Policy, checkpoint: Path,
+                 params_file: str | None = None, on_row=None) -> tuple[DL2Policy, pd.DataFrame]:
+    """One RL run of `RUNS`, resuming from `checkpoint` when it holds this very run; validation on measured speeds."""
+    speed_model, from_pretrained = RUNS[name]
+    measured = scenario(settings, params_file)
+    world = scenario(settings, params_file, speed_model)
+    train, validation = split_traces(settings, measured)
+    tag = repr((name, settings, rl, _weights_digest(pretrained) if from_pretrained else None))
+    trainer = None
+    if checkpoint.is_file():
+        trainer = Trainer.load(checkpoint)
+        if getattr(trainer, "tag", None) != tag:
+            trainer = None
+    if trainer is None:
+        torch.manual_seed(rl.seed)
+        start = DL2Policy.load_state(pretrained) if from_pretrained else DL2Policy(network(settings), measured.preset.max_tasks)
+        trainer = Trainer(start, train, validation, world, rl)
+        trainer.validation_scenario = measured
+        trainer.tag = tag
+    history = trainer.train(checkpoint=checkpoint, on_row=on_row)
+    return trainer.policy, history.assign(run=name)
+
+
+def _weights_digest(policy: DL2Policy) -> str:
+    digest = hashlib.sha256()
+    for tensor in policy.net.state_dict().values():
+        digest.update(tensor.numpy().tobytes())
+    return digest.hexdigest()
