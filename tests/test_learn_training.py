@@ -390,3 +390,24 @@ def test_exploration_never_returns_an_illegal_action(mode):
         assert overridden == 0
     else:
         assert overridden > 0, "the rules never fired: the check is empty"
+
+
+def test_finetune_run_resumes_only_its_own_checkpoint(tmp_path):
+    from dl2.learn import workflow
+
+    settings = workflow.LearnSettings(preset="paper", window=10, hidden=(32, 32), train_traces=2, validation_traces=1)
+    rl = RLConfig(updates=4, num_envs=2, batch_size=32, learn_start=64, validate_every=2, checkpoint_every=2,
+                  replay="uniform", exploration="off")
+    pretrained = DL2Policy(workflow.network(settings), 8)
+    checkpoint = tmp_path / "run.ckpt"
+    policy, history = workflow.finetune_run("sl-rl", settings, rl, pretrained, checkpoint)
+    assert list(history["update"]) == [2, 4] and (history.run == "sl-rl").all()
+    # the finished checkpoint is this run's: loading it trains nothing more and gives the same weights
+    again, history_again = workflow.finetune_run("sl-rl", settings, rl, pretrained, checkpoint)
+    for a, b in zip(policy.net.state_dict().values(), again.net.state_dict().values()):
+        assert torch.equal(a, b)
+    assert list(history_again["update"]) == [2, 4]
+    # another run's settings never resume from it
+    other = RLConfig(**{**rl.__dict__, "updates": 6})
+    _, history_other = workflow.finetune_run("sl-rl", settings, other, pretrained, checkpoint)
+    assert list(history_other["update"]) == [2, 4, 6]

@@ -68,9 +68,12 @@ class Trainer:
     """Holds everything a run needs; `train()` runs until `config.updates` updates are done."""
 
     def __init__(self, policy: DL2Policy, train: Sequence[Trace], validation: Sequence[Trace], scenario: Scenario,
-                 config: RLConfig):
+                 config: RLConfig, validation_scenario: Scenario | None = None, tag: str = ""):
+        """`validation_scenario` defaults to `scenario` (OfflineRL trains on analytical speeds, validates on
+        measured ones); `tag` identifies the run, so a checkpoint of another run is never resumed."""
         self.config, self.policy, self.validation, self.scenario = config, policy, list(validation), scenario
-        self.validation_scenario = scenario  # OfflineRL trains on the analytical model, validates on measured speeds
+        self.validation_scenario = validation_scenario or scenario
+        self.tag = tag
         torch.manual_seed(config.seed)
         self.value = value_net(policy.config)
         self.policy_opt = torch.optim.Adam(policy.net.parameters(), lr=config.lr)

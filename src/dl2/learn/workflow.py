@@ -119,14 +119,12 @@ def finetune_run(name: str, settings: LearnSettings, rl: RLConfig, pretrained: D
     trainer = None
     if checkpoint.is_file():
         trainer = Trainer.load(checkpoint)
-        if getattr(trainer, "tag", None) != tag:
+        if trainer.tag != tag:
             trainer = None
     if trainer is None:
         torch.manual_seed(rl.seed)
         start = DL2Policy.load_state(pretrained) if from_pretrained else DL2Policy(network(settings), measured.preset.max_tasks)
-        trainer = Trainer(start, train, validation, world, rl)
-        trainer.validation_scenario = measured
-        trainer.tag = tag
+        trainer = Trainer(start, train, validation, world, rl, validation_scenario=measured, tag=tag)
     history = trainer.train(checkpoint=checkpoint, on_row=on_row)
     return trainer.policy, history.assign(run=name)
 
