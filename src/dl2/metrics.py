@@ -76,14 +76,9 @@ def lower_bound_jct(trace: Trace, scenario: Scenario) -> np.ndarray:
     return slots if scenario.options.fine_grained_jct else np.ceil(slots)
 
 
-def _best_epochs_per_slot(scenario: Scenario) -> np.ndarray:
-    p = scenario.preset
-    key = (p.speed_table, scenario.options.speed_model, p.max_tasks, p.slot_seconds, p.num_nodes, p.node_cpu, p.node_gpu)
-    return _best_cached(scenario, key)
-
-
 @lru_cache(maxsize=16)
-def _best_cached(scenario: Scenario, _key: tuple) -> np.ndarray:
+def _best_epochs_per_slot(scenario: Scenario) -> np.ndarray:
+    """Per model, the fastest epochs per slot over the #PS and #workers that fit on the empty cluster."""
     p, c, table = scenario.preset, scenario.catalog, scenario.table
     best = np.zeros(c.num_models)
     for m in range(c.num_models):
