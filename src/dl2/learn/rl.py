@@ -68,9 +68,12 @@ class Trainer:
     """Holds everything a run needs; `train()` runs until `config.updates` updates are done."""
 
     def __init__(self, policy: DL2Policy, train: Sequence[Trace], validation: Sequence[Trace], scenario: Scenario,
-                 config: RLConfig, validation_scenario: Scenario | None = None, tag: str = ""):
+                 config: RLConfig, validation_scenario: Scenario | None = None, tag: str = "",
+                 make_env: Callable[..., DecisionEnv] = DecisionEnv):
         """`validation_scenario` defaults to `scenario` (OfflineRL trains on analytical speeds, validates on
-        measured ones); `tag` identifies the run, so a checkpoint of another run is never resumed."""
+        measured ones); `tag` identifies the run, so a checkpoint of another run is never resumed;
+        `make_env(traces, scenario, window, seed=...)` builds each training cluster (another backend's
+        environment with `DecisionEnv`'s interface plugs in here)."""
         self.config, self.policy, self.validation, self.scenario = config, policy, list(validation), scenario
         self.validation_scenario = validation_scenario or scenario
         self.tag = tag
@@ -80,7 +83,7 @@ class Trainer:
         self.value_opt = torch.optim.Adam(self.value.parameters(), lr=config.lr)
         window = policy.config.window
         seeds = np.random.SeedSequence(config.seed).spawn(config.num_envs + 1)
-        self.envs = [DecisionEnv(train, scenario, window, seed=int(s.generate_state(1)[0])) for s in seeds[1:]]
+        self.envs = [make_env(train, scenario, window, seed=int(s.generate_state(1)[0])) for s in seeds[1:]]
         self.rng = np.random.default_rng(seeds[0])
         self.replay = Replay(config.replay, config.replay_size, window, NUM_FEATURES, 3 * window + 1)
         self.explorer = Explorer(config.exploration, config.epsilon)
