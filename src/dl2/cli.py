@@ -141,6 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--out", type=Path, default=Path("bench.json"))
     bench.add_argument("--repeats", type=int, default=20)
     bench.set_defaults(func=cmd_bench)
+
+    from dl2.k8s.cli import add_parsers as add_kubernetes_parsers
+
+    add_kubernetes_parsers(sub)
     return parser
 
 

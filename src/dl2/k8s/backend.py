@@ -1,0 +1,289 @@
+"""A Kubernetes namespace as a dl2 backend, with the simulator's protocol: `observe()`, `apply(alloc)`,
+`done`, `slot`, `stats` (see `dl2.sim.backend.SimulatedCluster`).
+
+All state lives in the cluster: the slot clock and the slot's committed allocation in the `dl2-clock`
+ConfigMap, each job's admission, allocation and progress in its DL2Job status, the tasks as pods. A
+slot: admit arrived DL2Jobs (checking their specs), show the scheduler the uncompleted ones and the Ready
+nodes of the pool; commit its allocation to the clock; create, bind and delete pods to match; let the
+emulator count the bound pods into progress; move the clock. A scheduler restarted at any point finds
+the committed allocation (`committed`) and finishes the slot with `resume()`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+from collections import defaultdict
+
+import numpy as np
+
+from dl2.errors import Dl2Error
+from dl2.k8s import jobs as dl2jobs
+from dl2.k8s.client import ApiError, Kube
+from dl2.k8s.emulator import ProgressEmulator
+from dl2.k8s.resources import (CLOCK, GPU, JOB_LABEL, NODE_INDEX_LABEL, POOL_LABEL, bind, configmap_path, is_ready,
+                               jobs_path, pod_manifest, pods_path)
+from dl2.schedulers.base import Allocation, Observation
+from dl2.sim import engine
+from dl2.sim.scenario import Scenario
+from dl2.sim.state import make_cluster, make_jobs
+
+ROLE_NAMES = ("worker", "ps")
+
+
+def quantity(text: str) -> int:
+    """Whole units of a Kubernetes quantity such as `8`, `8000m` or `2k` (rounded down)."""
+    text = str(text)
+    if text.endswith("m"):
+        return int(text[:-1]) // 1000
+    if text.endswith("k"):
+        return int(text[:-1]) * 1000
+    return int(float(text))
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def pod_name(job: str, role: str, node: str, k: int) -> str:
+    """Pods are named by job, role, node and ordinal, so a pod's name says where it belongs."""
+    return f"{job}-{role}-{hashlib.sha1(node.encode()).hexdigest()[:6]}-{k}"
+
+
+class KubeCluster:
+    """DL2Jobs of one namespace on the Ready nodes of one pool (nodes labelled `dl2.io/pool=<pool>`)."""
+
+    def __init__(self, kube: Kube, scenario: Scenario, namespace: str, pool: str):
+        self.kube, self.scenario, self.namespace, self.pool = kube, scenario, namespace, pool
+        self.table = scenario.table
+        self.catalog = scenario.catalog
+        self.emulator = ProgressEmulator(kube, namespace, self.table, scenario.options.fine_grained_jct)
+        self.stats: list[np.ndarray] = []
+        self._view: dict | None = None
+
+    # --- state read from the cluster -------------------------------------------------------------
+    def clock(self) -> dict:
+        """The clock ConfigMap, created at slot 0 if missing."""
+        try:
+            return self.kube.get(configmap_path(self.namespace, CLOCK))
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": CLOCK}, "data": {"slot": "0"}}
+        try:
+            return self.kube.create(configmap_path(self.namespace), body)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+            return self.kube.get(configmap_path(self.namespace, CLOCK))
+
+    @property
+    def slot(self) -> int:
+        return int(self.clock()["data"]["slot"])
+
+    @property
+    def done(self) -> bool:
+        """Every DL2Job of the namespace has succeeded or failed."""
+        return all(j.get("status", {}).get("phase") in dl2jobs.TERMINAL for j in self.jobs())
+
+    def jobs(self) -> list[dict]:
+        return self.kube.items(jobs_path(self.namespace))
+
+    def nodes(self) -> list[dict]:
+        """Ready, schedulable nodes of the pool, by their index label, then name."""
+        nodes = [n for n in self.kube.items("/api/v1/nodes", labelSelector=f"{POOL_LABEL}={self.pool}") if is_ready(n)]
+        return sorted(nodes, key=lambda n: (int(n["metadata"]["labels"].get(NODE_INDEX_LABEL, 1 << 30)), n["metadata"]["name"]))
+
+    def jct(self) -> dict[str, float]:
+        """JCT in slots of every succeeded job, by name."""
+        return {j["metadata"]["name"]: float(j["status"]["jct"]) for j in self.jobs()
+                if j.get("status", {}).get("phase") == "Succeeded"}
+
+    @property
+    def committed(self) -> list[list] | None:
+        """The allocation committed for the observed slot before a restart, as [job, role, node] tasks."""
+        clock = self._view["clock"] if self._view else self.clock()
+        raw = clock["data"].get("allocation")
+        if raw is None:
+            return None
+        plan = json.loads(raw)
+        return plan["tasks"] if plan["slot"] == int(clock["data"]["slot"]) else None
+
+    # --- the protocol --------------------------------------------------------------------------
+    def observe(self) -> Observation:
+        """Start the slot: admit arrived jobs, and show the uncompleted ones and an empty cluster."""
+        clock = self.clock()
+        slot = int(clock["data"]["slot"])
+        if slot >= self.scenario.options.max_slots:
+            raise Dl2Error(f"namespace {self.namespace}: jobs did not finish within max_slots={self.scenario.options.max_slots}")
+        nodes = self.nodes()
+        if not nodes:
+            raise Dl2Error(f"no Ready node carries the label {POOL_LABEL}={self.pool} (create the testbed's nodes first)")
+        capacity = (min(quantity(n["status"]["allocatable"].get("cpu", 0)) for n in nodes),
+                    min(quantity(n["status"]["allocatable"].get(GPU, 0)) for n in nodes))
+        p = self.scenario.preset
+        active, specs = self._admit(slot, capacity, p.max_tasks)
+        n = len(active)
+        jobs = make_jobs(np.array([s.model for s in specs], dtype=np.int64),
+                         np.array([j["status"]["admittedSlot"] for j in active], dtype=np.int64),
+                         np.array([j["status"]["jobId"] for j in active], dtype=np.int64),
+                         np.array([s.epochs for s in specs]),
+                         np.array([s.worker_demand for s in specs], dtype=np.int64).reshape(n, 2),
+                         np.array([s.ps_demand for s in specs], dtype=np.int64).reshape(n, 2))
+        jobs.progress[:] = [float(j["status"].get("progress", 0.0)) for j in active]
+        jobs.active[:] = True
+        cluster = make_cluster(len(nodes), *capacity)
+        if self.scenario.options.assign_bundle:
+            engine.assign_bundles(jobs, cluster)
+        self._view = {"clock": clock, "slot": slot, "jobs": active, "specs": specs, "nodes": nodes}
+        return Observation(slot=slot, job_ids=np.array([j["status"]["jobId"] for j in active], dtype=np.int64),
+                           models=jobs.model, arrival=jobs.arrival, progress=jobs.progress.copy(), num_epochs=jobs.epochs,
+                           worker_demand=jobs.worker_demand, ps_demand=jobs.ps_demand, num_nodes=len(nodes),
+                           node_capacity=cluster.capacity.copy(), max_tasks=p.max_tasks, epochs_table=self.table,
+                           _jobs=jobs, _cluster=cluster)
+
+    def apply(self, alloc: Allocation) -> float:
+        """Commit the scheduler's allocation for the observed slot and run the slot; returns its reward."""
+        view = self._need_view()
+        job, role, node = alloc.tasks()
+        tasks, given = [], defaultdict(int)
+        for j, r, k in zip(job.tolist(), role.tolist(), node.tolist()):
+            spec, name = view["specs"][j], view["jobs"][j]["metadata"]["name"]
+            limit = spec.max_workers if r == 0 else spec.max_ps
+            if given[name, r] < limit:  # a DL2Job's own limits, below the scheduler's max_tasks
+                given[name, r] += 1
+                tasks.append([name, ROLE_NAMES[r], view["nodes"][k]["metadata"]["name"]])
+        clock = view["clock"]
+        data = {**clock["data"], "allocation": json.dumps({"slot": view["slot"], "tasks": tasks})}
+        view["clock"] = self.kube.replace(configmap_path(self.namespace, CLOCK), {**clock, "data": data})
+        return self.resume()
+
+    def resume(self) -> float:
+        """Run the observed slot with its committed allocation: pods, progress, clock; returns the reward."""
+        view = self._need_view()
+        tasks = self.committed
+        if tasks is None:
+            raise Dl2Error(f"slot {view['slot']}: no allocation committed")
+        slot, active = view["slot"], view["jobs"]
+        running = {j["metadata"]["name"] for j in active}
+        node_names = {n["metadata"]["name"] for n in view["nodes"]}
+        # after a restart, drop tasks of jobs that completed and of nodes that went away since the commit
+        tasks = [t for t in tasks if t[0] in running and t[2] in node_names]
+        per_job: dict[str, list[tuple[str, str]]] = defaultdict(list)
+        for name, role, node in tasks:
+            per_job[name].append((role, node))
+        self._show_allocation(slot, active, per_job)
+        changes = self._reconcile_pods({j["metadata"]["name"]: j for j in active}, per_job, view["specs"])
+        reward, completed = self.emulator.advance(slot, active, [s.model for s in view["specs"]], node_names)
+        if completed:
+            self._delete_pods(set(completed))
+        self._record(view, tasks, changes, reward)
+        clock = view["clock"]
+        data = {k: v for k, v in clock["data"].items() if k != "allocation"}
+        data["slot"] = str(slot + 1)
+        self.kube.replace(configmap_path(self.namespace, CLOCK), {**clock, "data": data})
+        self._view = None
+        return reward
+
+    # --- steps ----------------------------------------------------------------------------------
+    def _need_view(self) -> dict:
+        if self._view is None:
+            raise Dl2Error("observe() the slot before applying an allocation")
+        return self._view
+
+    def _admit(self, slot: int, capacity: tuple[int, int], max_tasks: int) -> tuple[list[dict], list]:
+        """Admit DL2Jobs that have arrived (a bad spec fails with a condition); the running ones, in order."""
+        jobs = self.jobs()
+        next_id = 1 + max([0, *(j.get("status", {}).get("jobId", 0) for j in jobs),
+                           *((j.get("spec") or {}).get("jobId") or 0 for j in jobs)])
+        running = []
+        for job in sorted(jobs, key=lambda j: (j["metadata"]["creationTimestamp"], j["metadata"]["name"])):
+            status = job.setdefault("status", {})
+            if status.get("phase") in dl2jobs.TERMINAL:
+                continue
+            spec = dl2jobs.check_spec(job, self.catalog, capacity, max_tasks)
+            if isinstance(spec, str):
+                self._fail(job, spec)
+                continue
+            if "admittedSlot" not in status:
+                arrival = spec.arrival_slot if spec.arrival_slot is not None else slot
+                if arrival > slot:
+                    if status.get("phase") != "Pending":
+                        job.update(self._patch_status(job, {"phase": "Pending"}))
+                    continue
+                job_id = spec.job_id
+                if job_id is None:
+                    job_id, next_id = next_id, next_id + 1
+                condition = {"type": "Valid", "status": "True", "reason": "Admitted", "message": "spec checked", "lastTransitionTime": _now()}
+                job.update(self._patch_status(job, {
+                    "phase": "Running", "jobId": job_id, "admittedSlot": min(arrival, slot), "progress": 0.0,
+                    "progressPercent": "0.0%", "progressSlot": slot - 1, "conditions": [condition]}))
+            running.append((job, spec))
+        running.sort(key=lambda js: (js[0]["status"]["admittedSlot"], js[0]["status"]["jobId"]))
+        return [j for j, _ in running], [s for _, s in running]
+
+    def _fail(self, job: dict, message: str) -> None:
+        condition = {"type": "Valid", "status": "False", "reason": "InvalidSpec", "message": message, "lastTransitionTime": _now()}
+        self._patch_status(job, {"phase": "Failed", "conditions": [condition]})
+        self._delete_pods({job["metadata"]["name"]})
+
+    def _patch_status(self, job: dict, status: dict) -> dict:
+        """Merge `status` into the job's status; returns the updated object."""
+        return self.kube.patch(f"{jobs_path(self.namespace, job['metadata']['name'])}/status", {"status": status})
+
+    def _show_allocation(self, slot: int, active: list[dict], per_job: dict) -> None:
+        """Write each job's allocation into its status (what `kubectl get dl2jobs` shows)."""
+        for job in active:
+            name = job["metadata"]["name"]
+            tasks = per_job.get(name, [])
+            allocation = {"slot": slot, "workers": sum(r == "worker" for r, _ in tasks), "ps": sum(r == "ps" for r, _ in tasks),
+                          "nodes": sorted({n for _, n in tasks})}
+            if job["status"].get("allocation") != allocation:
+                job.update(self._patch_status(job, {"allocation": allocation}))
+
+    def _reconcile_pods(self, active: dict[str, dict], per_job: dict, specs) -> int:
+        """Make the pods match the allocation: delete the others, create and bind the missing; returns changes."""
+        demand = {name: spec for name, spec in zip(active, specs)}
+        desired: dict[str, tuple[str, str, str]] = {}
+        for name, tasks in per_job.items():
+            seen: dict[tuple[str, str], int] = defaultdict(int)
+            for role, node in sorted(tasks):
+                desired[pod_name(name, role, node, seen[role, node])] = (name, role, node)
+                seen[role, node] += 1
+        changes = 0
+        existing = {}
+        for pod in self.kube.items(pods_path(self.namespace), labelSelector=JOB_LABEL):
+            pod_meta = pod["metadata"]
+            if pod_meta["name"] in desired and not pod_meta.get("deletionTimestamp"):
+                existing[pod_meta["name"]] = pod
+            else:
+                self.kube.delete(pods_path(self.namespace, pod_meta["name"]))
+                changes += 1
+        for pod, (name, role, node) in desired.items():
+            if pod not in existing:
+                spec = demand[name]
+                self.kube.create(pods_path(self.namespace), pod_manifest(active[name], pod, role, spec.worker_demand if role == "worker" else spec.ps_demand))
+                changes += 1
+            if pod not in existing or not existing[pod]["spec"].get("nodeName"):
+                bind(self.kube, self.namespace, pod, node)
+        return changes
+
+    def _delete_pods(self, names: set[str]) -> None:
+        for pod in self.kube.items(pods_path(self.namespace), labelSelector=JOB_LABEL):
+            if pod["metadata"]["labels"][JOB_LABEL] in names:
+                self.kube.delete(pods_path(self.namespace, pod["metadata"]["name"]))
+
+    def _record(self, view: dict, tasks: list, changes: int, reward: float) -> None:
+        specs = {j["metadata"]["name"]: s for j, s in zip(view["jobs"], view["specs"])}
+        used = np.zeros(2)
+        roles: dict[str, set] = defaultdict(set)
+        for name, role, _ in tasks:
+            used += specs[name].worker_demand if role == "worker" else specs[name].ps_demand
+            roles[name].add(role)
+        row = np.zeros(engine.NUM_STATS)
+        row[engine.STAT_CPU_USED], row[engine.STAT_GPU_USED] = used
+        row[engine.STAT_TASK_CHANGES] = changes
+        row[engine.STAT_RUNNING] = sum(len(r) == 2 for r in roles.values())
+        row[engine.STAT_REWARD] = reward
+        self.stats.append(row)

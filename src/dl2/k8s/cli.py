@@ -1,0 +1,164 @@
+"""The `dl2 testbed …` and `dl2 k8s-scheduler …` subcommands (wired into `dl2.cli`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+
+DEFAULT_POOL = "dl2"
+
+
+def _scenario(args: argparse.Namespace):
+    from dl2.config import get_preset
+    from dl2.sim.scenario import Scenario, SimOptions
+
+    return Scenario(get_preset(args.preset, args.params), SimOptions(assign_bundle=args.assign_bundle))
+
+
+def cmd_testbed_up(args: argparse.Namespace) -> None:
+    from dl2.config import get_preset
+    from dl2.errors import Dl2Error
+    from dl2.k8s import testbed
+    from dl2.k8s.resources import create_nodes
+
+    if not args.local:
+        raise Dl2Error("only the local testbed starts from here (`dl2 testbed up --local`); for kind run deploy/kind-up.sh")
+    preset = get_preset(args.preset, args.params)
+    bed = testbed.up(args.folder, log=lambda m: print(m, file=sys.stderr))
+    kube = bed.kube()
+    try:
+        started = time.perf_counter()
+        nodes = create_nodes(kube, args.pool, args.nodes or preset.num_nodes, preset.node_cpu, preset.node_gpu)
+        nodes_s = time.perf_counter() - started
+    except BaseException:
+        testbed.down(bed.folder)
+        raise
+    finally:
+        kube.close()
+    print(json.dumps({"kubeconfig": str(bed.kubeconfig), "server": bed.server, "nodes": len(nodes), "pool": args.pool,
+                      "timings": {**bed.timings, "nodes_ready_s": nodes_s}}, indent=2))
+
+
+def cmd_testbed_down(args: argparse.Namespace) -> None:
+    from dl2.k8s import testbed
+
+    print(json.dumps({"stopped": testbed.down(args.folder)}))
+
+
+def cmd_testbed_status(args: argparse.Namespace) -> None:
+    from dl2.k8s import testbed
+
+    print(json.dumps(testbed.status(args.folder), indent=2))
+
+
+def cmd_testbed_kubeconfig(args: argparse.Namespace) -> None:
+    from dl2.k8s import testbed
+
+    print(testbed.load(args.folder).kubeconfig)
+
+
+def cmd_testbed_build(args: argparse.Namespace) -> None:
+    from dl2.k8s.build import ensure_binaries
+
+    binaries = ensure_binaries(lambda m: print(m, file=sys.stderr))
+    print(json.dumps({"folder": str(binaries.folder), "build_s": binaries.build_seconds}))
+
+
+def cmd_testbed_submit(args: argparse.Namespace) -> None:
+    from dl2.k8s.client import Kube
+    from dl2.k8s.jobs import submit_trace
+    from dl2.k8s.resources import ensure_namespace
+    from dl2.workload.catalog import load_catalog
+    from dl2.workload.traces import read_trace
+
+    catalog = load_catalog()
+    trace = read_trace(args.trace, catalog)
+    kube = Kube.from_kubeconfig(_kubeconfig(args))
+    try:
+        ensure_namespace(kube, args.namespace)
+        names = submit_trace(kube, trace, catalog, args.namespace)
+    finally:
+        kube.close()
+    print(f"submitted {len(names)} DL2Jobs to namespace {args.namespace}")
+
+
+def _kubeconfig(args: argparse.Namespace) -> Path | None:
+    """--kubeconfig, else the local testbed's (if one runs), else in-cluster (None)."""
+    if args.kubeconfig is not None or args.in_cluster:
+        return args.kubeconfig
+    from dl2.k8s import testbed
+
+    return testbed.load(None).kubeconfig
+
+
+def cmd_scheduler_run(args: argparse.Namespace) -> None:
+    from dl2.k8s.backend import KubeCluster
+    from dl2.k8s.client import Kube
+    from dl2.k8s.loop import run
+    from dl2.k8s.resources import ensure_namespace
+    from dl2.schedulers import get_scheduler
+
+    scheduler = get_scheduler(args.policy)
+    kube = Kube.from_kubeconfig(_kubeconfig(args))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        ensure_namespace(kube, args.namespace)
+        backend = KubeCluster(kube, _scenario(args), args.namespace, args.pool)
+        slots = run(backend, scheduler, args.slot_seconds, args.max_slots, args.until_done,
+                    log=lambda m: print(m, file=sys.stderr, flush=True))
+        print(json.dumps({"slots": slots, "slot": backend.slot, "jct": backend.jct()}, indent=2))
+    finally:
+        kube.close()
+
+
+def cmd_scheduler_task(args: argparse.Namespace) -> None:
+    """What a task pod runs: it holds its place until the scheduler deletes it (progress is emulated)."""
+    print(f"dl2 task: {args.role} of DL2Job {args.job}", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    while True:
+        time.sleep(3600)
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    tb = sub.add_parser("testbed", help="a local Kubernetes control plane (etcd, kube-apiserver, KWOK)").add_subparsers(dest="action", required=True)
+    folder = argparse.ArgumentParser(add_help=False)
+    folder.add_argument("--folder", type=Path, default=None, help="the testbed's folder (default: ~/.cache/dl2/testbed/run)")
+    up = tb.add_parser("up", parents=[folder], help="build (first time) and start the testbed; prints its kubeconfig path")
+    up.add_argument("--local", action="store_true", help="the Docker-free local control plane")
+    up.add_argument("--preset", default="paper", help="nodes mirror this preset's cluster (default: paper)")
+    up.add_argument("--params", type=Path, default=None)
+    up.add_argument("--nodes", type=int, default=None, help="how many nodes (default: the preset's num_nodes)")
+    up.add_argument("--pool", default=DEFAULT_POOL, help=f"node pool label dl2.io/pool (default: {DEFAULT_POOL})")
+    up.set_defaults(func=cmd_testbed_up)
+    for name, func, text in (("down", cmd_testbed_down, "stop the testbed's processes"),
+                             ("status", cmd_testbed_status, "which of its processes run; timings"),
+                             ("kubeconfig", cmd_testbed_kubeconfig, "print the kubeconfig path")):
+        tb.add_parser(name, parents=[folder], help=text).set_defaults(func=func)
+    tb.add_parser("build", help="build etcd, kube-apiserver, kubectl and KWOK into the cache").set_defaults(func=cmd_testbed_build)
+    connect = argparse.ArgumentParser(add_help=False)
+    connect.add_argument("--kubeconfig", type=Path, default=None, help="default: the local testbed's")
+    connect.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
+    connect.add_argument("--namespace", default="default")
+    submit = tb.add_parser("submit", parents=[connect], help="submit a trace CSV as DL2Jobs")
+    submit.add_argument("--trace", type=Path, required=True)
+    submit.set_defaults(func=cmd_testbed_submit)
+
+    ks = sub.add_parser("k8s-scheduler", help="the dl2 Kubernetes scheduler and progress emulator").add_subparsers(dest="action", required=True)
+    runp = ks.add_parser("run", parents=[connect], help="schedule DL2Jobs slot by slot")
+    runp.add_argument("--policy", default="drf", help="a heuristic (fifo, srtf, drf, tetris, optimus) or a DL2 model .pt")
+    runp.add_argument("--preset", default="paper", help="max_tasks and the speed table come from this preset")
+    runp.add_argument("--params", type=Path, default=None)
+    runp.add_argument("--assign-bundle", action="store_true", help="one bundle per job before the policy acts")
+    runp.add_argument("--pool", default=DEFAULT_POOL, help=f"schedule onto nodes labelled dl2.io/pool=POOL (default: {DEFAULT_POOL})")
+    runp.add_argument("--slot-seconds", type=float, default=1.0, help="wall-clock seconds per slot (default 1; the model's slot is 1200 s)")
+    runp.add_argument("--max-slots", type=int, default=None)
+    runp.add_argument("--until-done", action="store_true", help="stop once every DL2Job has succeeded or failed")
+    runp.set_defaults(func=cmd_scheduler_run)
+    task = ks.add_parser("task", help="a task pod's process (holds its place; progress is emulated)")
+    task.add_argument("--job", required=True)
+    task.add_argument("--role", required=True)
+    task.set_defaults(func=cmd_scheduler_task)

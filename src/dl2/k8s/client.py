@@ -1,0 +1,173 @@
+"""A small Kubernetes REST client: JSON over HTTPS with a bearer token or client certificate.
+
+Transient failures (connection errors, 429, 5xx) are retried with exponential backoff; `on_conflict`
+retries a read-modify-write on 409 Conflict. Errors that remain are `ApiError`s naming the request.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+import httpx
+import yaml
+
+from dl2.errors import Dl2Error
+
+TRANSIENT = {429, 500, 502, 503, 504}
+IN_CLUSTER = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+T = TypeVar("T")
+
+
+class ApiError(Dl2Error):
+    """A request the API server refused (or could not be reached for); `status` is the HTTP code (0: no answer)."""
+
+    def __init__(self, status: int, reason: str, message: str):
+        super().__init__(message)
+        self.status, self.reason = status, reason
+
+
+@dataclass(frozen=True)
+class Connection:
+    server: str
+    verify: str | bool  # CA bundle path, or False
+    token: str | None = None
+    cert: tuple[str, str] | None = None  # client certificate and key files
+
+
+def _materialize(data_b64: str, folder: Path, name: str) -> str:
+    path = folder / name
+    path.write_bytes(base64.b64decode(data_b64))
+    return str(path)
+
+
+def load_kubeconfig(path: str | Path) -> Connection:
+    """The current context of a kubeconfig file: server, CA, and a token or client certificate."""
+    path = Path(path)
+    if not path.is_file():
+        raise Dl2Error(f"{path}: kubeconfig not found (start a testbed with `dl2 testbed up --local`)")
+    try:
+        config = yaml.safe_load(path.read_text())
+        context_name = config["current-context"]
+        context = next(c["context"] for c in config["contexts"] if c["name"] == context_name)
+        cluster = next(c["cluster"] for c in config["clusters"] if c["name"] == context["cluster"])
+        user = next(u["user"] for u in config["users"] if u["name"] == context["user"])
+    except (yaml.YAMLError, KeyError, StopIteration, TypeError) as exc:
+        raise Dl2Error(f"{path}: not a usable kubeconfig ({type(exc).__name__}: {exc})") from None
+    scratch = Path(tempfile.mkdtemp(prefix="dl2-kubeconfig-"))
+    base = path.parent
+
+    def file_or_data(entry: dict, key: str, name: str) -> str | None:
+        if entry.get(f"{key}-data"):
+            return _materialize(entry[f"{key}-data"], scratch, name)
+        return str(base / entry[key]) if entry.get(key) else None
+
+    verify: str | bool = False if cluster.get("insecure-skip-tls-verify") else (file_or_data(cluster, "certificate-authority", "ca.crt") or True)
+    cert, key = file_or_data(user, "client-certificate", "client.crt"), file_or_data(user, "client-key", "client.key")
+    return Connection(cluster["server"], verify, user.get("token"), (cert, key) if cert and key else None)
+
+
+def in_cluster() -> Connection:
+    """The pod's service account, as a scheduler running inside the cluster sees it."""
+    host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT")
+    if not host or not (IN_CLUSTER / "token").is_file():
+        raise Dl2Error("not running inside a Kubernetes pod: pass --kubeconfig")
+    return Connection(f"https://{host}:{port}", str(IN_CLUSTER / "ca.crt"), (IN_CLUSTER / "token").read_text().strip())
+
+
+class Kube:
+    """JSON requests against one API server; `retries` transient failures per request, backing off."""
+
+    def __init__(self, conn: Connection, retries: int = 8, backoff: float = 0.05, max_backoff: float = 2.0,
+                 transport: httpx.BaseTransport | None = None):
+        self.conn, self.retries, self.backoff, self.max_backoff = conn, retries, backoff, max_backoff
+        headers = {"Authorization": f"Bearer {conn.token}"} if conn.token else {}
+        self.http = httpx.Client(base_url=conn.server, verify=_ssl(conn), headers=headers, timeout=30.0,
+                                 transport=transport)
+        self.retried = 0  # transient failures retried so far
+
+    @classmethod
+    def from_kubeconfig(cls, path: str | Path | None, **kwargs) -> "Kube":
+        return cls(load_kubeconfig(path) if path is not None else in_cluster(), **kwargs)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def request(self, method: str, path: str, body: Any = None, params: dict | None = None,
+                content_type: str = "application/json", accept: str = "application/json") -> dict:
+        headers = {"Content-Type": content_type, "Accept": accept}
+        for attempt in range(self.retries + 1):
+            try:
+                response = self.http.request(method, path, json=body, params=params, headers=headers)
+            except httpx.TransportError as exc:
+                if attempt == self.retries:
+                    raise ApiError(0, "Unreachable", f"{method} {self.conn.server}{path}: {exc}") from None
+            else:
+                if response.status_code < 400:
+                    return response.json() if response.content else {}
+                if response.status_code not in TRANSIENT or attempt == self.retries:
+                    raise _error(method, path, response)
+            self.retried += 1
+            time.sleep(min(self.max_backoff, self.backoff * 2 ** attempt))
+        raise AssertionError("unreachable")
+
+    def get(self, path: str, **params) -> dict:
+        return self.request("GET", path, params=params or None)
+
+    def items(self, path: str, **params) -> list[dict]:
+        return self.get(path, **params).get("items", [])
+
+    def create(self, path: str, body: dict, dry_run: bool = False) -> dict:
+        return self.request("POST", path, body, params={"dryRun": "All"} if dry_run else None)
+
+    def replace(self, path: str, body: dict) -> dict:
+        return self.request("PUT", path, body)
+
+    def patch(self, path: str, body: dict) -> dict:
+        return self.request("PATCH", path, body, content_type="application/merge-patch+json")
+
+    def delete(self, path: str, missing_ok: bool = True) -> None:
+        """Delete at once (grace period 0); a missing object is fine unless `missing_ok` is False."""
+        try:
+            self.request("DELETE", path, {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0})
+        except ApiError as exc:
+            if exc.status != 404 or not missing_ok:
+                raise
+
+    def on_conflict(self, attempt: Callable[[], T], tries: int = 10) -> T:
+        """Run a read-modify-write `attempt` again (after a short backoff) while it hits 409 Conflict."""
+        for k in range(tries):
+            try:
+                return attempt()
+            except ApiError as exc:
+                if exc.status != 409 or exc.reason == "AlreadyExists" or k == tries - 1:
+                    raise
+                self.retried += 1
+                time.sleep(min(self.max_backoff, self.backoff * 2 ** k))
+        raise AssertionError("unreachable")
+
+
+def _ssl(conn: Connection):
+    if conn.cert is None:
+        return conn.verify
+    import ssl
+
+    context = ssl.create_default_context(cafile=conn.verify if isinstance(conn.verify, str) else None)
+    if conn.verify is False:
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    context.load_cert_chain(*conn.cert)
+    return context
+
+
+def _error(method: str, path: str, response: httpx.Response) -> ApiError:
+    try:
+        status = response.json()
+        reason, message = status.get("reason", ""), status.get("message", response.text)
+    except ValueError:
+        reason, message = "", response.text
+    return ApiError(response.status_code, reason, f"{method} {path}: {response.status_code} {reason}: {message}".strip())

@@ -1,0 +1,144 @@
+"""The Kubernetes objects dl2 reads and writes: paths, and manifests for the CRD, nodes and task pods."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import yaml
+
+from dl2.errors import Dl2Error
+from dl2.k8s.client import ApiError, Kube
+
+GROUP, VERSION, PLURAL = "dl2.io", "v1alpha1", "dl2jobs"
+CRD_FILE = Path(__file__).with_name("manifests") / "dl2job-crd.yaml"
+SCHEDULER_NAME = "dl2"
+POOL_LABEL = "dl2.io/pool"  # nodes dl2 schedules onto carry this label
+NODE_INDEX_LABEL = "dl2.io/node-index"
+JOB_LABEL, ROLE_LABEL = "dl2.io/job", "dl2.io/role"
+GPU = "nvidia.com/gpu"
+KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+CLOCK = "dl2-clock"  # the ConfigMap holding the slot clock and the slot's allocation
+TASK_IMAGE = "dl2:latest"
+
+
+def jobs_path(namespace: str, name: str = "") -> str:
+    return f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}" + (f"/{name}" if name else "")
+
+
+def pods_path(namespace: str, name: str = "") -> str:
+    return f"/api/v1/namespaces/{namespace}/pods" + (f"/{name}" if name else "")
+
+
+def configmap_path(namespace: str, name: str = "") -> str:
+    return f"/api/v1/namespaces/{namespace}/configmaps" + (f"/{name}" if name else "")
+
+
+def crd_manifest() -> dict:
+    return yaml.safe_load(CRD_FILE.read_text())
+
+
+def install_crd(kube: Kube, timeout: float = 30.0) -> None:
+    """Create (or update) the DL2Job CRD and wait until the API server serves it."""
+    crd = crd_manifest()
+    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    try:
+        kube.create(path, crd)
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+        current = kube.get(f"{path}/{crd['metadata']['name']}")
+        kube.replace(f"{path}/{crd['metadata']['name']}", {**crd, "metadata": {**crd["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}})
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = kube.get(f"{path}/{crd['metadata']['name']}").get("status", {})
+        if any(c["type"] == "Established" and c["status"] == "True" for c in status.get("conditions") or []):
+            return
+        time.sleep(0.05)
+    raise Dl2Error(f"the DL2Job CRD was not established within {timeout:.0f} s")
+
+
+def ensure_namespace(kube: Kube, namespace: str) -> None:
+    try:
+        kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+
+
+def node_manifest(name: str, index: int, pool: str, cpu: int, gpu: int) -> dict:
+    """A KWOK-simulated node with `cpu` cores and `gpu` nvidia.com/gpu, in dl2 pool `pool`."""
+    resources = {"cpu": str(cpu), "memory": "256Gi", "pods": "110", GPU: str(gpu)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {"type": "kwok", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                       POOL_LABEL: pool, NODE_INDEX_LABEL: str(index)},
+        },
+        "status": {"capacity": resources, "allocatable": resources},
+    }
+
+
+def create_nodes(kube: Kube, pool: str, num_nodes: int, cpu: int, gpu: int, timeout: float = 60.0) -> list[str]:
+    """Create the pool's KWOK nodes (those missing) and wait until KWOK reports them Ready."""
+    names = [f"{pool}-node-{i:03d}" for i in range(num_nodes)]
+    for i, name in enumerate(names):
+        try:
+            kube.create("/api/v1/nodes", node_manifest(name, i, pool, cpu, gpu))
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready = {n["metadata"]["name"] for n in kube.items("/api/v1/nodes", labelSelector=f"{POOL_LABEL}={pool}") if is_ready(n)}
+        if ready.issuperset(names):
+            return names
+        time.sleep(0.05)
+    raise Dl2Error(f"KWOK did not mark the nodes of pool {pool!r} Ready within {timeout:.0f} s (is kwok running? see its log)")
+
+
+def is_ready(node: dict) -> bool:
+    conditions = node.get("status", {}).get("conditions", [])
+    return not node.get("spec", {}).get("unschedulable") and any(
+        c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def pod_manifest(job: dict, name: str, role: str, demand: tuple[int, int]) -> dict:
+    """A PS or worker pod of `job`, left unscheduled for the dl2 scheduler (`schedulerName: dl2`) to bind."""
+    meta = job["metadata"]
+    requests = {"cpu": str(demand[0])}
+    if demand[1]:
+        requests[GPU] = str(demand[1])
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": meta["namespace"],
+            "labels": {JOB_LABEL: meta["name"], ROLE_LABEL: role},
+            "ownerReferences": [{"apiVersion": f"{GROUP}/{VERSION}", "kind": "DL2Job", "name": meta["name"],
+                                 "uid": meta["uid"], "controller": True}],
+        },
+        "spec": {
+            "schedulerName": SCHEDULER_NAME,
+            "automountServiceAccountToken": False,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{
+                "name": role,
+                "image": TASK_IMAGE,
+                "imagePullPolicy": "IfNotPresent",
+                "args": ["k8s-scheduler", "task", "--job", meta["name"], "--role", role],
+                "resources": {"requests": requests, "limits": requests},
+            }],
+        },
+    }
+
+
+def bind(kube: Kube, namespace: str, pod: str, node: str) -> None:
+    """Bind a pod to a node through the Binding API (what a scheduler does)."""
+    body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod}, "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+    kube.create(f"{pods_path(namespace, pod)}/binding", body)
