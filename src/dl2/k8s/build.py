@@ -86,8 +86,8 @@ def ensure_binaries(log=print) -> Binaries:
                 log(f"building {name} (log: {build_log})")
                 out.write(f"== {name}: go build {package}\n")
                 out.flush()
-                env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=readonly -buildvcs=false"}
-                done = subprocess.run([go, "build", "-trimpath", "-ldflags=-s -w", "-o", str(staging / name), package],
+                env = {**os.environ, "GOFLAGS": "-mod=readonly -buildvcs=false"}
+                done = subprocess.run([go, "build", "-trimpath", "-o", str(staging / name), package],
                                       cwd=MODULES_DIR / module, stdout=out, stderr=subprocess.STDOUT, env=env, check=False)
                 if done.returncode != 0:
                     raise Dl2Error(f"building {name} failed (exit {done.returncode}); see {build_log}")

@@ -14,11 +14,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from dl2.errors import Dl2Error
 from dl2.k8s.backend import KubeCluster
 from dl2.k8s.client import Kube
 from dl2.k8s.jobs import job_name, submit_trace
 from dl2.k8s.resources import CLOCK, JOB_LABEL, configmap_path, create_nodes, ensure_namespace, jobs_path, pods_path
-from dl2.learn.env import CONTINUE, DONE, TRUNCATED
+from dl2.learn.env import CONTINUE, DONE, TRUNCATED, DecisionEnv
 from dl2.sim.placement import place_least_loaded
 from dl2.sim.scenario import Scenario
 from dl2.sim.state import NUM_FEATURES
@@ -141,3 +142,20 @@ class KubeEnvFactory:
         finally:
             kube.close()
         return KubeDecisionEnv(traces, scenario, window, seed, kubeconfig=self.kubeconfig, namespace=name, pool=name)
+
+
+BACKENDS = ("sim", "k8s")
+
+
+def environment_factory(backend: str, run: str, kubeconfig: str | Path | None = None, where: str = "params.yaml"):
+    """`make_env` for `finetune.backend`: the simulator's `DecisionEnv`, or testbed environments for run `run`
+    (namespaces and pools `dl2-<run>-k`) on `kubeconfig`, by default the running local testbed's."""
+    if backend == "sim":
+        return DecisionEnv
+    if backend != "k8s":
+        raise Dl2Error(f"{where}: finetune.backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
+    if kubeconfig is None:
+        from dl2.k8s import testbed
+
+        kubeconfig = testbed.load().kubeconfig
+    return KubeEnvFactory(kubeconfig, prefix=f"dl2-{run}")

@@ -1,0 +1,1 @@
+"""Tests against the local Kubernetes control plane."""

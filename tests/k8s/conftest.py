@@ -1,0 +1,31 @@
+"""The local control plane, started once per session (built from the Go module proxy on first use)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dl2.k8s import testbed as local_testbed
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "k8s: runs against the local control plane (etcd, kube-apiserver, KWOK)")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "tests/k8s/" in str(item.fspath):
+            item.add_marker(pytest.mark.k8s)
+
+
+@pytest.fixture(scope="session")
+def testbed(tmp_path_factory):
+    bed = local_testbed.up(tmp_path_factory.mktemp("testbed"))
+    yield bed
+    local_testbed.down(bed.folder)
+
+
+@pytest.fixture
+def kube(testbed):
+    client = testbed.kube()
+    yield client
+    client.close()

@@ -1,0 +1,46 @@
+"""Helpers for the Kubernetes tests: a preset that finishes in about twenty slots, its traces, and a
+fresh namespace with its own pool of KWOK nodes per test."""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import numpy as np
+import yaml
+
+from dl2.config import Preset
+from dl2.k8s.client import Kube
+from dl2.k8s.resources import create_nodes, ensure_namespace
+from dl2.sim.scenario import Scenario, SimOptions
+from dl2.workload.traces import generate_trace
+
+PRESET = Preset("k8s-test", num_nodes=2, num_jobs=10, max_arrivals=3, max_epochs=8000, max_tasks=4,
+                speed_table="public_release", bucket_to_model=False)
+_spaces = itertools.count()
+
+
+def scenario(assign_bundle: bool = False) -> Scenario:
+    return Scenario(PRESET, SimOptions(assign_bundle=assign_bundle, max_slots=500))
+
+
+def trace(seed: int = 0):
+    sc = scenario()
+    return generate_trace(sc.preset, sc.catalog, np.random.SeedSequence(seed))
+
+
+def space(kube: Kube, num_nodes: int = PRESET.num_nodes) -> str:
+    """A new namespace with its own pool of Ready KWOK nodes, both named the same."""
+    name = f"t{os.getpid()}-{next(_spaces)}"
+    ensure_namespace(kube, name)
+    create_nodes(kube, name, num_nodes, PRESET.node_cpu, PRESET.node_gpu)
+    return name
+
+
+def params_file(folder) -> str:
+    """A params file holding PRESET, for the CLI."""
+    path = folder / "params.yaml"
+    fields = {k: getattr(PRESET, k) for k in ("num_nodes", "num_jobs", "max_arrivals", "max_epochs", "max_tasks",
+                                              "speed_table", "bucket_to_model")}
+    path.write_text(yaml.safe_dump({"presets": {PRESET.name: fields}}))
+    return path

@@ -1,0 +1,229 @@
+"""Faults against the real API server: restarts, pods and nodes removed behind the scheduler's back,
+API errors and conflicts, invalid DL2Jobs."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+from .support import PRESET, params_file, scenario, space, trace
+from dl2.errors import Dl2Error
+from dl2.k8s.backend import KubeCluster
+from dl2.k8s.client import ApiError, Kube
+from dl2.k8s.jobs import job_name, submit_trace, trace_manifests
+from dl2.k8s.loop import run, run_slot
+from dl2.k8s.emulator import ProgressEmulator
+from dl2.k8s.resources import CLOCK, JOB_LABEL, configmap_path, ensure_namespace, jobs_path, pods_path
+from dl2.schedulers import get_scheduler
+from dl2.sim.run import simulate
+
+
+
+def _scheduler_process(testbed, ns, params, *extra):
+    cmd = [sys.executable, "-m", "dl2.cli", "k8s-scheduler", "run", f"--kubeconfig={testbed.kubeconfig}", f"--namespace={ns}",
+           f"--pool={ns}", "--policy=drf", f"--preset={PRESET.name}", f"--params={params}", "--slot-seconds=0", *extra]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_killed_mid_run_the_scheduler_resumes_from_the_cluster(kube, testbed, tmp_path):
+    sc, tr = scenario(), trace(3)
+    ns = space(kube)
+    submit_trace(kube, tr, sc.catalog, ns)
+    params = params_file(tmp_path)
+    first = _scheduler_process(testbed, ns, params, "--until-done")
+    try:
+        deadline = time.monotonic() + 120
+        while _clock(kube, ns) < 5:
+            assert first.poll() is None, first.stderr.read()
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        first.send_signal(signal.SIGKILL)
+    finally:
+        first.wait()
+    killed_at = _clock(kube, ns)
+    assert any(j["status"].get("phase") != "Succeeded" for j in kube.items(jobs_path(ns))), "killed before the end"
+    second = _scheduler_process(testbed, ns, params, "--until-done")
+    out, err = second.communicate(timeout=300)
+    assert second.returncode == 0, err
+    backend = KubeCluster(kube, sc, ns, ns)
+    jct = backend.jct()
+    got = np.array([jct[job_name(int(i))] for i in tr.job_id])
+    np.testing.assert_allclose(got, simulate(tr, "drf", sc).jct, rtol=1e-9)
+    assert killed_at >= 5
+
+
+def _clock(kube, ns) -> int:
+    try:
+        return int(kube.get(configmap_path(ns, CLOCK))["data"]["slot"])
+    except ApiError:
+        return -1
+
+
+def test_a_slot_interrupted_after_its_allocation_is_committed_is_finished_as_committed(kube):
+    sc, tr = scenario(), trace(4)
+    ns = space(kube)
+    submit_trace(kube, tr, sc.catalog, ns)
+    backend = KubeCluster(kube, sc, ns, ns)
+    for _ in range(3):
+        run_slot(backend, get_scheduler("drf"))
+    backend.observe()
+    alloc = get_scheduler("drf").schedule(backend.observe())
+    backend.resume = lambda: (_ for _ in ()).throw(RuntimeError("killed"))  # dies right after committing
+    with pytest.raises(RuntimeError):
+        backend.apply(alloc)
+    fresh = KubeCluster(kube, sc, ns, ns)
+    fresh.observe()
+    assert fresh.committed is not None and fresh.slot == 3
+    fifo = get_scheduler("fifo")  # a different policy would decide otherwise: the committed slot must win
+    run(fresh, fifo, max_slots=1)
+    run(fresh, get_scheduler("drf"))
+    jct = fresh.jct()
+    got = np.array([jct[job_name(int(i))] for i in tr.job_id])
+    np.testing.assert_allclose(got, simulate(tr, "drf", sc).jct, rtol=1e-9)
+
+
+def test_pods_deleted_behind_its_back_are_recreated(kube):
+    sc, tr = scenario(), trace(5)
+    ns = space(kube)
+    submit_trace(kube, tr, sc.catalog, ns)
+    backend = KubeCluster(kube, sc, ns, ns)
+    drf = get_scheduler("drf")
+    run(backend, drf, max_slots=2)
+    obs = backend.observe()
+    alloc = drf.schedule(obs)
+    # the allocation is committed; before its pods are made, someone deletes every pod of the namespace
+    before = {p["metadata"]["name"] for p in kube.items(pods_path(ns), labelSelector=JOB_LABEL)}
+    assert before
+    for name in before:
+        kube.delete(pods_path(ns, name))
+    backend.apply(alloc)
+    after = kube.items(pods_path(ns), labelSelector=JOB_LABEL)
+    assert len(after) == sum(j["status"].get("allocation", {}).get("workers", 0) + j["status"].get("allocation", {}).get("ps", 0)
+                             for j in kube.items(jobs_path(ns)) if j["status"].get("phase") == "Running")
+    assert all(p["spec"].get("nodeName") for p in after)
+    run(backend, drf)
+    assert backend.done and len(backend.jct()) == len(tr)
+
+
+def test_a_node_that_disappears_has_its_tasks_placed_elsewhere(kube):
+    sc, tr = scenario(), trace(6)
+    ns = space(kube, num_nodes=3)
+    submit_trace(kube, tr, sc.catalog, ns)
+    backend = KubeCluster(kube, sc, ns, ns)
+    drf = get_scheduler("drf")
+    run(backend, drf, max_slots=3)
+    gone = f"{ns}-node-000"
+    assert any(p["spec"]["nodeName"] == gone for p in kube.items(pods_path(ns), labelSelector=JOB_LABEL))
+    kube.delete(f"/api/v1/nodes/{gone}")
+    run(backend, drf, max_slots=1)
+    pods = kube.items(pods_path(ns), labelSelector=JOB_LABEL)
+    assert pods and all(p["spec"]["nodeName"] != gone for p in pods)
+    assert backend.observe().num_nodes == 2
+    run(backend, drf)
+    assert backend.done and len(backend.jct()) == len(tr)
+
+
+class Flaky(httpx.BaseTransport):
+    """Forwards to the real server, but answers every `every`-th request with 503 or 429 first."""
+
+    def __init__(self, real: httpx.BaseTransport, every: int):
+        self.real, self.every, self.count, self.injected = real, every, 0, 0
+
+    def handle_request(self, request):
+        self.count += 1
+        if self.count % self.every == 0:
+            self.injected += 1
+            return httpx.Response(503 if self.injected % 2 else 429, json={"kind": "Status", "reason": "ServiceUnavailable"})
+        return self.real.handle_request(request)
+
+
+def test_transient_api_errors_are_retried_with_backoff(testbed, kube):
+    """503 and 429 cannot be caused on demand with a healthy server: a transport injects them."""
+    sc, tr = scenario(), trace(7)
+    ns = space(kube)
+    submit_trace(kube, tr, sc.catalog, ns)
+    real = testbed.kube()
+    flaky = Flaky(real.http._transport, every=4)
+    client = Kube(real.conn, backoff=0.001, transport=flaky)
+    backend = KubeCluster(client, sc, ns, ns)
+    run(backend, get_scheduler("drf"))
+    jct = backend.jct()
+    got = np.array([jct[job_name(int(i))] for i in tr.job_id])
+    np.testing.assert_allclose(got, simulate(tr, "drf", sc).jct, rtol=1e-9)
+    assert flaky.injected > 10 and client.retried >= flaky.injected
+    client.close()
+    real.close()
+
+
+def test_errors_that_outlast_the_retries_do_not_end_the_loop(testbed, kube):
+    sc, tr = scenario(), trace(8)
+    ns = space(kube)
+    submit_trace(kube, tr, sc.catalog, ns)
+    real = testbed.kube()
+    flaky = Flaky(real.http._transport, every=2)
+    client = Kube(real.conn, retries=0, transport=flaky)  # every other request fails outright
+    logged = []
+    backend = KubeCluster(client, sc, ns, ns)
+    run(backend, get_scheduler("drf"), log=logged.append, max_backoff=0.01)
+    assert logged and all("503" in m or "429" in m for m in logged)
+    assert KubeCluster(kube, sc, ns, ns).done
+    jct = KubeCluster(kube, sc, ns, ns).jct()
+    np.testing.assert_allclose([jct[job_name(int(i))] for i in tr.job_id], simulate(tr, "drf", sc).jct, rtol=1e-9)
+    client.close()
+    real.close()
+
+
+def test_a_conflicting_progress_write_is_retried_on_fresh_data_and_counted_once(kube):
+    sc, tr = scenario(), trace(9)
+    ns = space(kube)
+    submit_trace(kube, tr, sc.catalog, ns)
+    backend = KubeCluster(kube, sc, ns, ns)
+    run(backend, get_scheduler("drf"), max_slots=1)  # slot 0 admits and trains the first jobs
+    stale = next(j for j in kube.items(jobs_path(ns)) if j["status"].get("phase") == "Running")
+    name, model = stale["metadata"]["name"], sc.catalog.index(stale["spec"]["model"])
+    kube.patch(jobs_path(ns, name), {"metadata": {"labels": {"touched": "yes"}}})  # a newer resourceVersion
+    emulator = ProgressEmulator(kube, ns, sc.table, True)
+    nodes = {n["metadata"]["name"] for n in backend.nodes()}
+    retried = kube.retried
+    emulator.advance(1, [stale], [model], nodes)  # writes with the stale version: 409, re-read, write
+    assert kube.retried == retried + 1
+    counted = kube.get(jobs_path(ns, name))["status"]
+    assert counted["progressSlot"] == 1
+    emulator.advance(1, [stale], [model], nodes)  # the same slot again (a restart): conflict, then nothing to do
+    assert kube.get(jobs_path(ns, name))["status"]["progress"] == counted["progress"]
+
+
+def test_an_invalid_dl2job_fails_with_a_condition_and_the_others_run(kube):
+    sc, tr = scenario(), trace(10)
+    ns = space(kube)
+    bad = trace_manifests(tr, sc.catalog, ns)[:2]
+    bad[0]["metadata"]["name"], bad[0]["spec"]["model"] = "bad-model", "no-such-model"
+    bad[1]["metadata"]["name"], bad[1]["spec"]["workerDemand"] = "too-big", {"cpu": 9, "gpu": 1}
+    for manifest in bad:
+        kube.create(jobs_path(ns), manifest)
+    with pytest.raises(ApiError) as rejected:
+        kube.create(jobs_path(ns), {**bad[0], "metadata": {"name": "no-epochs"}, "spec": {"model": "resnet-50"}})
+    assert rejected.value.status == 422 and "epochs" in str(rejected.value)
+    submit_trace(kube, tr, sc.catalog, ns)
+    backend = KubeCluster(kube, sc, ns, ns)
+    run(backend, get_scheduler("drf"))
+    for name, words in (("bad-model", "spec.model: unknown model 'no-such-model'"), ("too-big", "more than one node holds")):
+        status = kube.get(jobs_path(ns, name))["status"]
+        assert status["phase"] == "Failed"
+        (condition,) = status["conditions"]
+        assert condition["type"] == "Valid" and condition["status"] == "False" and condition["reason"] == "InvalidSpec"
+        assert words in condition["message"]
+    jct = backend.jct()
+    np.testing.assert_allclose([jct[job_name(int(i))] for i in tr.job_id], simulate(tr, "drf", sc).jct, rtol=1e-9)
+
+
+def test_no_ready_node_is_a_clear_error(kube):
+    ensure_namespace(kube, "empty-pool")
+    with pytest.raises(Dl2Error, match="no Ready node carries the label dl2.io/pool=empty-pool"):
+        KubeCluster(kube, scenario(), "empty-pool", "empty-pool").observe()

@@ -1,0 +1,77 @@
+"""Online RL fine-tuning against the testbed: `Trainer(make_env=KubeEnvFactory(...))` updates the policy,
+logs to MLflow, and its checkpoint (environments included) loads and reconnects."""
+
+from __future__ import annotations
+
+import mlflow
+import pytest
+import numpy as np
+import torch
+from mlflow.tracking import MlflowClient
+
+from .support import PRESET, scenario, space, trace
+from dl2 import tracking
+from dl2.errors import Dl2Error
+from dl2.k8s.env import KubeDecisionEnv, KubeEnvFactory, environment_factory
+from dl2.learn.agent import DL2Policy
+from dl2.learn.env import DecisionEnv
+from dl2.learn.nets import net_config
+from dl2.learn.rl import RLConfig, Trainer
+
+
+def test_the_kubernetes_env_matches_the_simulators_env_action_for_action(kube, testbed):
+    sc = scenario(assign_bundle=True)
+    tr = trace(12)
+    ns = space(kube)
+    kenv = KubeDecisionEnv([tr], sc, window=10, kubeconfig=testbed.kubeconfig, namespace=ns, pool=ns)
+    senv = DecisionEnv([tr], sc, window=10)
+    rng = np.random.default_rng(0)
+    (ks, ki), (ss, si) = kenv.reset(), senv.reset()
+    steps = 0
+    while True:
+        np.testing.assert_array_equal(ks, ss)
+        np.testing.assert_array_equal(ki["mask"], si["mask"])
+        action = int(rng.choice(np.flatnonzero(si["mask"])))
+        ks, kr, kt, ktr, ki = kenv.step(action)
+        ss, sr, st, str_, si = senv.step(action)
+        steps += 1
+        assert (kt, ktr, ki["slot_end"]) == (st, str_, si["slot_end"]) and np.isclose(kr, sr, rtol=1e-12)
+        if st:
+            np.testing.assert_allclose(ki["jct"], si["jct"], rtol=1e-12)
+            break
+    assert steps > 10
+
+
+def test_online_rl_on_the_testbed_updates_the_policy_and_logs_to_mlflow(testbed, tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    sc = scenario(assign_bundle=True)
+    torch.manual_seed(0)
+    policy = DL2Policy(net_config("paper", window=10), PRESET.max_tasks)
+    before = [p.detach().clone() for p in policy.net.parameters()]
+    config = RLConfig(updates=3, num_envs=2, batch_size=32, replay_size=512, learn_start=32, validate_every=3,
+                      checkpoint_every=3, seed=0)
+    trainer = Trainer(policy, [trace(13), trace(14)], [trace(15)], sc, config, tag="k8s-test",
+                      make_env=KubeEnvFactory(testbed.kubeconfig, prefix="rl"))
+    assert all(isinstance(env, KubeDecisionEnv) for env in trainer.envs)
+    tracking.experiment_id()
+    with mlflow.start_run(run_name="finetune-k8s") as run:
+        mlflow.log_param("backend", "k8s")
+        history = trainer.train(checkpoint=tmp_path / "ckpt.pkl", on_row=lambda row: tracking.log_metrics(row, "rl_"))
+    assert trainer.updates == 3 and len(history) == 1
+    assert any(not torch.equal(a, b) for a, b in zip(before, policy.net.parameters()))
+    logged = MlflowClient(tracking.tracking_uri()).get_run(run.info.run_id).data
+    assert logged.params["backend"] == "k8s" and np.isfinite(logged.metrics["rl_val_jct_greedy"])
+    resumed = Trainer.load(tmp_path / "ckpt.pkl")
+    assert resumed.updates == 3
+    assert resumed.envs[0].backend.slot == trainer.envs[0].backend.slot  # reconnected to the same namespace
+    resumed.config = RLConfig(**{**config.__dict__, "updates": 4})
+    resumed.train(stop_after=1)
+    assert resumed.updates == 4
+
+
+def test_the_finetune_backend_setting_picks_the_environment(testbed):
+    assert environment_factory("sim", "sl-rl") is DecisionEnv
+    factory = environment_factory("k8s", "sl-rl", kubeconfig=testbed.kubeconfig)
+    assert isinstance(factory, KubeEnvFactory) and factory.prefix == "dl2-sl-rl"
+    with pytest.raises(Dl2Error, match=r"params.yaml: finetune.backend: expected one of sim, k8s, got 'kind'"):
+        environment_factory("kind", "sl-rl")

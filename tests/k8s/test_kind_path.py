@@ -1,0 +1,95 @@
+"""What of the kind path runs without Docker: its manifests pass the real API server's server-side
+dry run, and the container's entrypoint (the Deployment's arguments) runs as a local process."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import yaml
+
+from .support import PRESET, params_file, scenario, space, trace
+from dl2.k8s.backend import KubeCluster
+from dl2.k8s.jobs import job_name, submit_trace, trace_manifests
+from dl2.k8s.resources import crd_manifest, jobs_path
+from dl2.paths import PACKAGE_DIR
+from dl2.sim.run import simulate
+
+DEPLOY = PACKAGE_DIR.parents[1] / "deploy"
+PATHS = {  # kind -> collection path (cluster-scoped, or namespaced with {ns})
+    "Namespace": "/api/v1/namespaces",
+    "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
+    "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    "Deployment": "/apis/apps/v1/namespaces/{ns}/deployments",
+    "CustomResourceDefinition": "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+}
+
+
+def _scheduler_manifests() -> list[dict]:
+    return [d for d in yaml.safe_load_all((DEPLOY / "manifests" / "scheduler.yaml").read_text()) if d]
+
+
+def test_manifests_pass_server_side_dry_run(kube):
+    docs = _scheduler_manifests()
+    assert {d["kind"] for d in docs} == {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment"}
+    namespace = next(d for d in docs if d["kind"] == "Namespace")
+    kube.create(PATHS["Namespace"], namespace)  # namespaced objects are checked against an existing namespace
+    for doc in [*docs, crd_manifest()]:
+        if doc["kind"] == "Namespace":
+            continue
+        path = PATHS[doc["kind"]].format(ns=doc["metadata"].get("namespace", ""))
+        answer = kube.create(path, doc, dry_run=True)
+        assert answer["metadata"]["name"] == doc["metadata"]["name"]
+    ns = space(kube)
+    for manifest in trace_manifests(trace(0), scenario().catalog, ns)[:3]:
+        kube.create(jobs_path(ns), manifest, dry_run=True)
+    assert kube.items(jobs_path(ns)) == []
+
+
+def test_kind_config_and_script_agree_with_the_scheduler():
+    config = yaml.safe_load((DEPLOY / "kind-cluster.yaml").read_text())
+    workers = [n for n in config["nodes"] if n["role"] == "worker"]
+    assert len(workers) >= 2 and all(n["labels"]["dl2.io/pool"] == "dl2" for n in workers)
+    assert sorted(int(n["labels"]["dl2.io/node-index"]) for n in workers) == list(range(len(workers)))
+    script = (DEPLOY / "kind-up.sh").read_text()
+    for step in ("kind create cluster", "docker build -f deploy/Dockerfile", "kind load docker-image",
+                 "dl2job-crd.yaml", "nvidia.com~1gpu", "deploy/manifests/scheduler.yaml"):
+        assert step in script
+    subprocess.run(["bash", "-n", str(DEPLOY / "kind-up.sh")], check=True)
+
+
+def _entrypoint() -> list[str]:
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    entry = yaml.safe_load(re.search(r"^ENTRYPOINT (.*)$", dockerfile, re.M).group(1))
+    deployment = next(d for d in _scheduler_manifests() if d["kind"] == "Deployment")
+    return entry + deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def test_the_containers_entrypoint_runs_as_a_local_process(kube, testbed, tmp_path):
+    """The Deployment's command, pointed at the testbed instead of the in-cluster service account."""
+    sc, tr = scenario(), trace(11)
+    ns = space(kube)
+    submit_trace(kube, tr, sc.catalog, ns)
+    params = params_file(tmp_path)
+    command = _entrypoint()
+    assert command[:3] == ["dl2", "k8s-scheduler", "run"] and "--in-cluster" in command
+    local = {"--in-cluster": f"--kubeconfig={testbed.kubeconfig}", "--namespace=dl2": f"--namespace={ns}",
+             "--pool=dl2": f"--pool={ns}", "--preset=paper": f"--preset={PRESET.name}", "--slot-seconds=2": "--slot-seconds=0"}
+    args = [local.get(a, a) for a in command[1:]] + [f"--params={params}", "--until-done"]
+    done = subprocess.run([sys.executable, "-m", "dl2.cli", *args], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    jct = KubeCluster(kube, sc, ns, ns).jct()
+    np.testing.assert_allclose([jct[job_name(int(i))] for i in tr.job_id], simulate(tr, "drf", sc).jct, rtol=1e-9)
+
+
+def test_the_task_process_holds_its_place_until_terminated():
+    proc = subprocess.Popen([sys.executable, "-m", "dl2.cli", "k8s-scheduler", "task", "--job", "job-00001", "--role", "worker"],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "dl2 task: worker of DL2Job job-00001"
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0

@@ -1,0 +1,78 @@
+"""A trace submitted as DL2Jobs runs to completion on the real API server, with the simulator's JCTs."""
+
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+
+from .support import PRESET, scenario, space, trace
+from dl2.k8s.backend import KubeCluster
+from dl2.k8s.build import ensure_binaries
+from dl2.k8s.jobs import job_name, submit_trace
+from dl2.k8s.loop import run
+from dl2.k8s.resources import JOB_LABEL, SCHEDULER_NAME, jobs_path, pods_path
+from dl2.learn.agent import DL2Policy, DL2Scheduler
+from dl2.learn.nets import net_config
+from dl2.schedulers import get_scheduler
+from dl2.sim.run import simulate
+
+
+def run_on_kubernetes(kube, tr, sc, scheduler, ns=None):
+    ns = ns or space(kube)
+    submit_trace(kube, tr, sc.catalog, ns)
+    backend = KubeCluster(kube, sc, ns, ns)
+    run(backend, scheduler)
+    jct = backend.jct()
+    return np.array([jct[job_name(int(i))] for i in tr.job_id]), backend, ns
+
+
+def dl2_scheduler(seed: int = 0) -> DL2Scheduler:
+    torch.manual_seed(3)
+    policy = DL2Policy(net_config("paper", window=10), PRESET.max_tasks)
+    return DL2Scheduler(policy, greedy=False, seed=seed)
+
+
+@pytest.mark.parametrize("policy", ["drf", "dl2"])
+def test_trace_runs_to_completion_with_the_simulators_jcts(kube, policy):
+    sc = scenario(assign_bundle=policy == "dl2")
+    tr = trace(1)
+    make = (lambda: dl2_scheduler()) if policy == "dl2" else (lambda: get_scheduler(policy))
+    expected = simulate(tr, make(), sc).jct
+    got, backend, ns = run_on_kubernetes(kube, tr, sc, make())
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got, expected, rtol=0.01)
+    assert np.max(np.abs(got - expected) / expected) < 1e-9  # in fact exact
+    assert backend.slot >= int(np.ceil(np.max(tr.arrival + expected)))
+    assert sum(row[3] > 1 for row in backend.stats) > 0, "the trace should make jobs share the cluster"
+    assert kube.items(pods_path(ns), labelSelector=JOB_LABEL) == [], "completed jobs keep no pods"
+    phases = {j["status"]["phase"] for j in kube.items(jobs_path(ns))}
+    assert phases == {"Succeeded"}
+
+
+def test_pods_are_bound_by_dl2_and_kubectl_shows_allocation_and_progress(kube, testbed):
+    sc = scenario()
+    tr = trace(2)
+    ns = space(kube)
+    submit_trace(kube, tr, sc.catalog, ns)
+    backend = KubeCluster(kube, sc, ns, ns)
+    run(backend, get_scheduler("drf"), max_slots=3)
+    pods = kube.items(pods_path(ns), labelSelector=JOB_LABEL)
+    assert pods, "running jobs have pods"
+    assert all(p["spec"]["schedulerName"] == SCHEDULER_NAME and p["spec"]["nodeName"].startswith(ns) for p in pods)
+    running = [j for j in kube.items(jobs_path(ns)) if j["status"].get("phase") == "Running"]
+    for job in running:
+        mine = [p for p in pods if p["metadata"]["labels"][JOB_LABEL] == job["metadata"]["name"]]
+        assert job["status"]["allocation"]["workers"] == sum(p["metadata"]["labels"]["dl2.io/role"] == "worker" for p in mine)
+    kubectl = ensure_binaries().path("kubectl")
+    out = subprocess.run([str(kubectl), f"--kubeconfig={testbed.kubeconfig}", "-n", ns, "get", "dl2jobs"],
+                         capture_output=True, text=True, check=True).stdout
+    lines = out.splitlines()
+    assert lines[0].split()[:6] == ["NAME", "MODEL", "WORKERS", "PS", "PROGRESS", "PHASE"]
+    rows = {line.split()[0]: line.split() for line in lines[1:]}
+    for job in running:
+        row = rows[job["metadata"]["name"]]
+        assert row[2] == str(job["status"]["allocation"]["workers"]) and row[3] == str(job["status"]["allocation"]["ps"])
+        assert row[4] == job["status"]["progressPercent"] and row[5] == "Running"

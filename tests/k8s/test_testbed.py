@@ -1,0 +1,81 @@
+"""The local control plane: built from the pinned modules, started on loopback, managed by the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .support import PRESET, params_file
+from dl2.errors import Dl2Error
+from dl2.k8s import build
+from dl2.k8s.client import ApiError, Kube, load_kubeconfig
+from dl2.k8s.resources import GPU, POOL_LABEL, create_nodes
+
+
+def test_nodes_mirror_the_presets_cluster(kube):
+    names = create_nodes(kube, "mirror", 3, PRESET.node_cpu, PRESET.node_gpu)
+    nodes = kube.items("/api/v1/nodes", labelSelector=f"{POOL_LABEL}=mirror")
+    assert sorted(n["metadata"]["name"] for n in nodes) == names
+    for node in nodes:
+        assert node["status"]["allocatable"]["cpu"] == "8" and node["status"]["allocatable"][GPU] == "8"
+        assert any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"]["conditions"])  # KWOK's doing
+
+
+def test_the_api_server_wants_the_token(testbed):
+    conn = load_kubeconfig(testbed.kubeconfig)
+    assert conn.server.startswith("https://127.0.0.1:") and conn.token
+    anonymous = Kube(conn.__class__(conn.server, conn.verify, token="wrong"), retries=0)
+    with pytest.raises(ApiError) as refused:
+        anonymous.get("/api/v1/nodes")
+    assert refused.value.status == 401
+    anonymous.close()
+
+
+def test_cli_up_status_down(tmp_path, testbed):
+    """A second testbed through the CLI (binaries from the cache): up, status, kubeconfig, down, nothing left."""
+    params = params_file(tmp_path)
+    folder = tmp_path / "bed"
+
+    def dl2(*args):
+        done = subprocess.run([sys.executable, "-m", "dl2.cli", "testbed", *args, f"--folder={folder}"],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    up = json.loads(dl2("up", "--local", f"--preset={PRESET.name}", f"--params={params}"))
+    assert up["nodes"] == PRESET.num_nodes and up["timings"]["build_s"] == 0.0
+    status = json.loads(dl2("status"))
+    assert set(status["processes"]) == {"etcd", "kube-apiserver", "kwok"} and all(status["processes"].values())
+    assert dl2("kubeconfig").strip() == up["kubeconfig"]
+    pids = json.loads((folder / "testbed.json").read_text())["pids"].values()
+    stopped = json.loads(dl2("down"))["stopped"]
+    assert sorted(stopped) == ["etcd", "kube-apiserver", "kwok"]
+    assert not any(Path(f"/proc/{pid}").exists() and str(folder) in Path(f"/proc/{pid}/cmdline").read_text(errors="replace")
+                   for pid in pids)
+    failed = subprocess.run([sys.executable, "-m", "dl2.cli", "testbed", "status", f"--folder={folder}"],
+                            capture_output=True, text=True)
+    assert failed.returncode == 2 and "no testbed in" in failed.stderr
+
+
+def test_without_go_the_build_says_what_to_install(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("DL2_TESTBED_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(Dl2Error, match="install Go"):
+        build.ensure_binaries()
+
+
+def test_a_failed_build_names_its_log(monkeypatch, tmp_path):
+    fake_go = tmp_path / "go"
+    fake_go.write_text("#!/bin/sh\n[ \"$1\" = version ] && echo 'go version fake' && exit 0\necho 'compile error' >&2\nexit 1\n")
+    fake_go.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("DL2_TESTBED_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(Dl2Error, match=r"building etcd failed \(exit 1\); see .*build\.log"):
+        build.ensure_binaries(log=lambda _: None)
+    log = next((tmp_path / "cache").glob("*/build.log"))
+    assert "compile error" in log.read_text()
