@@ -41,8 +41,8 @@ def test_manifests_pass_server_side_dry_run(kube):
     for doc in [*docs, crd_manifest()]:
         if doc["kind"] == "Namespace":
             continue
-        path = PATHS[doc["kind"]].format(ns=doc["metadata"].get("namespace", ""))
-        answer = kube.create(path, doc, dry_run=True)
+        path = PATHS[doc["kind"]].format(ns=doc["metadata"].get("namespace", "")) + "/" + doc["metadata"]["name"]
+        answer = kube.apply(path, doc, dry_run=True)  # kubectl apply --server-side --dry-run=server
         assert answer["metadata"]["name"] == doc["metadata"]["name"]
     ns = space(kube)
     for manifest in trace_manifests(trace(0), scenario().catalog, ns)[:3]:

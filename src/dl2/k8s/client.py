@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import os
+import ssl
 import tempfile
 import time
 from dataclasses import dataclass
@@ -87,7 +88,7 @@ class Kube:
                  transport: httpx.BaseTransport | None = None):
         self.conn, self.retries, self.backoff, self.max_backoff = conn, retries, backoff, max_backoff
         headers = {"Authorization": f"Bearer {conn.token}"} if conn.token else {}
-        self.http = httpx.Client(base_url=conn.server, verify=_ssl(conn), headers=headers, timeout=30.0,
+        self.http = httpx.Client(base_url=conn.server, verify=ssl_context(conn), headers=headers, timeout=30.0,
                                  transport=transport)
         self.retried = 0  # transient failures retried so far
 
@@ -128,6 +129,11 @@ class Kube:
     def replace(self, path: str, body: dict) -> dict:
         return self.request("PUT", path, body)
 
+    def apply(self, path: str, body: dict, manager: str = "dl2", dry_run: bool = False) -> dict:
+        """Server-side apply of `body` at the object's `path` (as `kubectl apply --server-side`)."""
+        params = {"fieldManager": manager, "force": "true", **({"dryRun": "All"} if dry_run else {})}
+        return self.request("PATCH", path, body, params=params, content_type="application/apply-patch+yaml")
+
     def patch(self, path: str, body: dict) -> dict:
         return self.request("PATCH", path, body, content_type="application/merge-patch+json")
 
@@ -152,15 +158,15 @@ class Kube:
         raise AssertionError("unreachable")
 
 
-def _ssl(conn: Connection):
-    if conn.cert is None:
-        return conn.verify
-    import ssl
-
-    context = ssl.create_default_context(cafile=conn.verify if isinstance(conn.verify, str) else None)
+def ssl_context(conn: Connection) -> ssl.SSLContext:
+    """TLS settings for `conn`: its CA (or no verification), and its client certificate if any."""
     if conn.verify is False:
+        context = ssl.create_default_context()
         context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
-    context.load_cert_chain(*conn.cert)
+    else:
+        context = ssl.create_default_context(cafile=conn.verify if isinstance(conn.verify, str) else None)
+    if conn.cert is not None:
+        context.load_cert_chain(*conn.cert)
     return context
 
 

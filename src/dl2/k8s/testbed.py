@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
 from dataclasses import asdict, dataclass
@@ -27,6 +28,7 @@ from dl2.k8s.resources import KWOK_ANNOTATION, install_crd
 from dl2.paths import write_json_atomic, write_text_atomic
 
 STATE_FILE = "testbed.json"
+KWOK_STAGES = Path(__file__).with_name("manifests") / "kwok-stages.yaml"
 READY_TIMEOUT = 60.0
 
 
@@ -115,14 +117,15 @@ def up(folder: Path | None = None, log=print) -> Testbed:
             "--enable-priority-and-fairness=false", "--profiling=false", "--endpoint-reconciler-type=none",
             "--allow-privileged=true", "-v=1"], folder / "kube-apiserver.log")
         headers = {"Authorization": f"Bearer {creds.token}"}
+        tls = ssl.create_default_context(cafile=str(creds.ca))
         _wait("kube-apiserver", procs["kube-apiserver"], folder / "kube-apiserver.log",
-              lambda: httpx.get(f"{server}/readyz", headers=headers, verify=str(creds.ca), timeout=2).status_code == 200)
+              lambda: httpx.get(f"{server}/readyz", headers=headers, verify=tls, timeout=2).status_code == 200)
         start_s = time.perf_counter() - launch
         kubeconfig = folder / "kubeconfig"
         write_text_atomic(kubeconfig, _kubeconfig(server, creds))
         kwok_port = _free_port()
         procs["kwok"] = _start(binaries.path("kwok"), [
-            f"--kubeconfig={kubeconfig}", f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
+            f"--kubeconfig={kubeconfig}", f"--config={KWOK_STAGES}", f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
             f"--server-address=127.0.0.1:{kwok_port}", f"--node-port={kwok_port}", "--node-ip=127.0.0.1",
             "--cidr=10.0.0.1/16"], folder / "kwok.log")
         kube = Kube(load_kubeconfig(kubeconfig))
