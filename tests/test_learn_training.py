@@ -101,6 +101,37 @@ def test_rl_improves_a_policy_that_mostly_does_nothing():
     assert history.iloc[-1]["val_jct_sampled"] == pytest.approx(after)
 
 
+def test_ppo_improves_a_policy_that_mostly_does_nothing():
+    train, validation = _traces(RL_SCENARIO, 8, seed=0), _traces(RL_SCENARIO, 4, seed=1)
+    policy = _void_loving_policy(seed=0)
+
+    def val_jct():
+        return float(np.mean(run_policy(policy, validation, RL_SCENARIO, greedy=True).avg_jct))
+
+    before = val_jct()
+    config = RLConfig(algorithm="ppo", updates=30, num_envs=4, lr=1e-3, entropy=0.01, batch_size=128,
+                      rollout_length=64, replay="off", exploration="off", critic="slot", shaping="env",
+                      validate_every=10, checkpoint_every=1000, seed=0)
+    history = Trainer(policy, train, validation, RL_SCENARIO, config).train()
+    after = val_jct()
+    assert after <= 0.8 * before, (before, after, history.to_string())
+    assert list(history["update"]) == [10, 20, 30]
+    assert history.iloc[-1]["val_jct_greedy"] == pytest.approx(after)
+    assert {"policy_loss", "value_loss", "entropy", "mean_reward"} <= set(history.columns)
+
+
+PPO = dict(algorithm="ppo", exploration="off", replay="off")
+
+
+@pytest.mark.parametrize("bad, key", [({**PPO, "exploration": "code"}, "exploration"), ({**PPO, "replay": "uniform"}, "replay"),
+                                      (dict(algorithm="dl2", shaping="env"), "shaping"), (dict(algorithm="a3c"), "algorithm"),
+                                      ({**PPO, "shaping": "oracle"}, "shaping"), (dict(lr_schedule="cosine"), "lr_schedule"),
+                                      ({**PPO, "rollout_length": 0}, "rollout_length")])
+def test_inconsistent_rl_settings_are_refused_naming_the_key(bad, key):
+    with pytest.raises(Dl2Error, match=key):
+        RLConfig(**bad)
+
+
 def _void_only_jct(trace):
     from dl2.learn.env import DecisionEnv
 
@@ -120,14 +151,17 @@ RESUME_SCENARIO = Scenario(tiny_preset(2, 2, 6), SimOptions(assign_bundle=True))
 RESUME_NET = net_config("paper", hidden=(32, 32), window=6)
 
 
-def make_resume_trainer(exploration: str = "code", replay: str = "prioritized", critic: str = "td") -> Trainer:
+def make_resume_trainer(exploration: str = "code", replay: str = "prioritized", critic: str = "td",
+                        algorithm: str = "dl2") -> Trainer:
     """The trainer of the resume tests (also built in the subprocess that gets killed)."""
     train, validation = _traces(RESUME_SCENARIO, 4, seed=5), _traces(RESUME_SCENARIO, 1, seed=6)
     torch.manual_seed(3)
     policy = DL2Policy(RESUME_NET, RESUME_SCENARIO.preset.max_tasks)
-    config = RLConfig(updates=RESUME_UPDATES, num_envs=3, lr=1e-3, entropy=0.05, batch_size=32, replay=replay,
-                      replay_size=512, learn_start=32, critic=critic, exploration=exploration, validate_every=20,
-                      checkpoint_every=RESUME_EVERY, seed=11)
+    ppo = dict(updates=RESUME_UPDATES // 4, rollout_length=16, shaping="analytical", lr_schedule="linear",
+               validate_every=5, checkpoint_every=RESUME_EVERY // 2) if algorithm == "ppo" else {}
+    config = RLConfig(**{**dict(updates=RESUME_UPDATES, num_envs=3, lr=1e-3, entropy=0.05, batch_size=32, replay=replay,
+                                replay_size=512, learn_start=32, critic=critic, exploration=exploration, validate_every=20,
+                                checkpoint_every=RESUME_EVERY, seed=11, algorithm=algorithm), **ppo})
     return Trainer(policy, train, validation, RESUME_SCENARIO, config)
 
 
@@ -165,15 +199,16 @@ def test_resuming_in_process_equals_an_uninterrupted_run(straight_run, tmp_path)
     assert Trainer.load(checkpoint).updates == RESUME_UPDATES
 
 
-@pytest.mark.parametrize("kind", ["uniform-slot-paper", "off-off-epsilon"])
+@pytest.mark.parametrize("kind", ["uniform-slot-paper-dl2", "off-off-epsilon-dl2", "off-td-off-ppo", "off-off-off-ppo"])
 def test_resuming_equals_uninterrupted_for_other_settings(kind, tmp_path):
-    replay, critic, exploration = kind.split("-")
-    straight = make_resume_trainer(exploration, replay, critic)
+    replay, critic, exploration, algorithm = kind.split("-")
+    straight = make_resume_trainer(exploration, replay, critic, algorithm)
     straight.train()
     checkpoint = tmp_path / "run.ckpt"
-    make_resume_trainer(exploration, replay, critic).train(checkpoint=checkpoint, stop_after=37)
+    stop = 37 if algorithm == "dl2" else 13
+    make_resume_trainer(exploration, replay, critic, algorithm).train(checkpoint=checkpoint, stop_after=stop)
     resumed = Trainer.load(checkpoint)
-    assert resumed.updates == 37
+    assert resumed.updates == stop
     resumed.train()
     _assert_same_state(straight, resumed)
 
@@ -260,7 +295,7 @@ def _random_states(rng, n, window, max_tasks):
     return states
 
 
-@pytest.mark.parametrize("preset_name", ["paper", "code"])
+@pytest.mark.parametrize("preset_name", ["paper", "code", "per-job"])
 def test_a_saved_model_loads_back_and_schedules(preset_name, tmp_path):
     scenario = Scenario(tiny_preset(3, 3, 10))
     torch.manual_seed(0)
@@ -411,3 +446,111 @@ def test_finetune_run_resumes_only_its_own_checkpoint(tmp_path):
     other = RLConfig(**{**rl.__dict__, "updates": 6})
     _, history_other = workflow.finetune_run("sl-rl", settings, other, pretrained, checkpoint)
     assert list(history_other["update"]) == [2, 4, 6]
+
+
+# --- per-decision credit and the live scheduler's forward pass -----------------------------------------
+
+def test_gae_credits_each_decision_and_stops_at_slot_and_episode_ends():
+    from dl2.learn.ppo import Rollout, advantages
+
+    r = Rollout.empty(4, 1, window=1, features=NUM_FEATURES)
+    r.rewards[:, 0] = [0.0, 1.0, 0.0, 2.0]  # decision 1 ends a slot (reward 1), decision 3 ends the episode
+    r.discounts[:, 0] = [1.0, 0.5, 1.0, 0.5]
+    r.dones[:, 0] = [False, False, False, True]
+    r.values[:, 0] = [0.2, 0.4, 0.8, 1.0, 9.0]  # the bootstrap value 9 lies past the episode's end
+    lam = 0.9
+    deltas = [0.0 + 0.4 - 0.2, 1.0 + 0.5 * 0.8 - 0.4, 0.0 + 1.0 - 0.8, 2.0 - 1.0]
+    expected = [0.0] * 4
+    expected[3] = deltas[3]
+    expected[2] = deltas[2] + lam * expected[3]
+    expected[1] = deltas[1] + 0.5 * lam * expected[2]
+    expected[0] = deltas[0] + lam * expected[1]
+    np.testing.assert_allclose(advantages(r, lam)[:, 0], expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("network", ["paper", "code", "per-job"])
+def test_the_live_schedulers_forward_pass_matches_the_network(network):
+    from dl2.learn.agent import NumpyForward, TorchForward
+
+    torch.manual_seed(4)
+    policy = DL2Policy(net_config(network, window=12, hidden=(40, 24)), 8)
+    with torch.no_grad():  # give batch norm statistics that are not the identity
+        for module in policy.net.modules():
+            if isinstance(module, torch.nn.BatchNorm1d):
+                module.running_mean.uniform_(-0.5, 0.5)
+                module.running_var.uniform_(0.5, 2.0)
+                module.weight.uniform_(0.5, 1.5)
+                module.bias.uniform_(-0.2, 0.2)
+    states = _random_states(np.random.default_rng(1), 32, 12, 8)
+    masks = masks_from_states(states, 8)
+    expected = _probs(policy, states)
+    forward = TorchForward(policy) if network == "per-job" else NumpyForward(policy)
+    assert isinstance(DL2Scheduler(policy).forward, type(forward))
+    got = np.stack([np.exp(forward.log_probs(s, m)) for s, m in zip(states, masks)])
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def test_slot_latency_times_a_whole_slot_of_decisions():
+    from dl2.learn.evaluate import slot_latency
+
+    scenario = Scenario(tiny_preset(3, 3, 10), SimOptions(assign_bundle=True))
+    torch.manual_seed(0)
+    policy = DL2Policy(net_config("paper", window=10, hidden=(32, 32)), scenario.preset.max_tasks)
+    latency = slot_latency(policy, scenario, num_jobs=10, repeats=3)
+    assert latency.seconds > 0 and latency.decisions >= 1
+
+
+def test_the_evaluation_summary_spreads_over_seeds():
+    from dl2.learn.evaluate import summary_table
+
+    rows = [{"policy": "drf", "seed": -1, "trace": t, "avg_jct": 10.0, "lower_bound": 5.0} for t in range(2)]
+    rows += [{"policy": "optimus", "seed": -1, "trace": t, "avg_jct": 8.0, "lower_bound": 5.0} for t in range(2)]
+    rows += [{"policy": "dl2", "seed": s, "trace": t, "avg_jct": j, "lower_bound": 5.0}
+             for s, (a, b) in enumerate([(5.0, 7.0), (6.0, 8.0), (7.0, 9.0)]) for t, j in enumerate((a, b))]
+    table = summary_table(pd.DataFrame(rows)).set_index("policy")
+    assert table.loc["dl2", "avg_jct"] == pytest.approx(7.0) and table.loc["dl2", "seeds"] == 3
+    assert table.loc["dl2", "seed_sd"] == pytest.approx(1.0) and table.loc["dl2", "seed_min"] == pytest.approx(6.0)
+    assert table.loc["dl2", "ratio_to_bound"] == pytest.approx(1.4)
+    assert table.loc["dl2", "gain_vs_drf"] == pytest.approx(0.3) and table.loc["dl2", "gain_vs_optimus"] == pytest.approx(0.125)
+    assert table.loc["drf", "seed_sd"] == 0.0
+
+
+@pytest.mark.parametrize("finetune, key", [({"runs": ["sl-rl", "best"]}, "finetune.runs"), ({"runs": []}, "finetune.runs"),
+                                            ({"seeds": [0, 0]}, "finetune.seeds"), ({"seeds": 3}, "finetune.seeds"),
+                                            ({"seed": 1}, "finetune.seed"), ({"lr": "fast"}, "finetune.lr")])
+def test_a_bad_finetune_plan_names_the_key(finetune, key):
+    from dl2.learn import workflow
+
+    with pytest.raises(Dl2Error, match=key.replace(".", r"\.")):
+        workflow.finetune_plan({"finetune": finetune})
+
+
+def test_a_finetune_plan_runs_every_run_once_per_seed():
+    from dl2.learn import workflow
+
+    plan = workflow.finetune_plan({"finetune": {"runs": ["sl-rl", "rl-only"], "seeds": [3, 5], "lr": 0.001}})
+    assert [(run, seed, config.seed, config.lr) for run, seed, config in plan.items()] == \
+        [("sl-rl", 3, 3, 0.001), ("sl-rl", 5, 5, 0.001), ("rl-only", 3, 3, 0.001), ("rl-only", 5, 5, 0.001)]
+    assert workflow.model_name("sl-rl", 3) == "sl-rl-s3"
+
+
+@pytest.mark.parametrize("one_hot", [True, False])
+def test_the_per_job_network_is_equivariant_to_the_jobs_order(one_hot):
+    from dl2.learn.nets import policy_net, value_net
+
+    torch.manual_seed(0)
+    config = net_config("per-job", window=6, hidden=(16, 16), one_hot=one_hot)
+    policy, value = DL2Policy(config, 8), value_net(config)
+    states = _random_states(np.random.default_rng(2), 16, 6, 8)
+    states[:, :3, 0] = np.maximum(states[:, :3, 0], 1)  # at least three jobs in every window
+    states[:, 3:] = 0
+    order = [2, 0, 1, 3, 4, 5]
+    x, xp = policy.inputs(states), policy.inputs(states[:, order])
+    with torch.no_grad():
+        logits, permuted = policy.net(x), policy.net(xp)
+        torch.testing.assert_close(permuted[:, :-1].view(16, 6, 3), logits[:, :-1].view(16, 6, 3)[:, order])
+        torch.testing.assert_close(permuted[:, -1], logits[:, -1])
+        torch.testing.assert_close(value(xp), value(x))
+    assert isinstance(policy_net(config), type(policy.net))
+    with pytest.raises(Dl2Error, match="batch norm"):
+        net_config("per-job", batch_norm=True)

@@ -26,7 +26,7 @@ def _tiny_params(path: Path) -> Path:
     params["baselines"]["policies"] = ["drf", "optimus"]
     params["learn"].update(train_traces=3, validation_traces=2)
     params["pretrain"].update(epochs=1, eval_every=1)
-    params["finetune"].update(updates=4, num_envs=2, batch_size=32, learn_start=64, validate_every=2, checkpoint_every=2)
+    params["finetune"].update(updates=4, num_envs=2, batch_size=32, rollout_length=16, validate_every=2, checkpoint_every=2)
     path.write_text(yaml.safe_dump(params, sort_keys=False))
     return path
 

@@ -1,4 +1,6 @@
-"""`dl2 bench`: simulator throughput and time per trace per policy, for `paper` and `paper-large`."""
+"""`dl2 bench`: simulator throughput and time per trace per policy, for `paper` and `paper-large`, and
+the learning targets: batched rollout decisions per second, one slot's decisions for a 40-job window,
+and pretraining time to within 5% of its teacher's validation JCT."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from dl2.workload.traces import generate_trace
 PRESETS = ("paper", "paper-large")
 
 
-def run_benchmark(out: str | Path | None = None, repeats: int = 20, num_traces: int = 5) -> dict:
+def run_benchmark(out: str | Path | None = None, repeats: int = 20, num_traces: int = 5, learn: bool = True) -> dict:
     """Median milliseconds per trace and slots per second, per preset and policy; written as JSON to `out`."""
     results: dict = {"machine": {"python": platform.python_version(), "processor": platform.machine()},
                      "repeats": repeats, "traces": num_traces, "presets": {}}
@@ -44,6 +46,42 @@ def run_benchmark(out: str | Path | None = None, repeats: int = 20, num_traces: 
         for policy, row in per_policy.items():
             row["time_vs_drf"] = row["ms_per_trace_median"] / drf
         results["presets"][name] = {"num_jobs": scenario.preset.num_jobs, "num_nodes": scenario.preset.num_nodes, "policies": per_policy}
+    if learn:
+        results["learn"] = learn_benchmark()
     if out is not None:
         write_json_atomic(out, results)
     return results
+
+
+def learn_benchmark(num_traces: int = 16, window: int = 40) -> dict:
+    """The learning targets of the default `learn` settings on `paper`, measured in one run."""
+    import torch
+
+    from dl2.learn import workflow
+    from dl2.learn.agent import DL2Policy
+    from dl2.learn.evaluate import slot_latency
+    from dl2.learn.pretrain import PretrainConfig, pretrain
+    from dl2.learn.rollout import run_policy
+
+    torch.set_num_threads(1)
+    settings = workflow.LearnSettings()
+    scenario = workflow.scenario(settings)
+    train, validation = workflow.split_traces(settings, scenario)
+    torch.manual_seed(0)
+    policy = DL2Policy(workflow.network(settings), scenario.preset.max_tasks)
+    run_policy(policy, validation[:1], scenario)  # load compiled code outside the timing
+    rollout = run_policy(policy, (train * num_traces)[:num_traces], scenario, seed=0)
+    wide = DL2Policy(workflow.network(workflow.LearnSettings(window=window)), scenario.preset.max_tasks)
+    slot_latency(wide, scenario, repeats=2)
+    latency = slot_latency(wide, scenario, repeats=50)
+    _, history = pretrain(train, validation, scenario, workflow.network(settings), PretrainConfig(eval_every=1))
+    within = history[(history.val_jct_greedy - history.val_jct_teacher).abs() <= 0.05 * history.val_jct_teacher]
+    return {
+        "batched_rollouts": {"traces": num_traces, "decisions": rollout.decisions,
+                             "decisions_per_second": rollout.decisions_per_second},
+        "slot_latency": {"window": window, "jobs": window, "ms_median": 1e3 * latency.seconds,
+                         "decisions_per_slot": latency.decisions},
+        "pretrain": {"teacher": "drf", "epochs": int(history.epoch.max()), "seconds": float(history.seconds.max()),
+                     "seconds_to_within_5pct_of_teacher": float(within.seconds.min()) if len(within) else None,
+                     "final_val_jct_ratio_to_teacher": float(history.val_jct_greedy.iloc[-1] / history.val_jct_teacher.iloc[-1])},
+    }

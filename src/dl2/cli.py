@@ -90,7 +90,7 @@ def cmd_stage(args: argparse.Namespace) -> None:
 def cmd_bench(args: argparse.Namespace) -> None:
     from dl2.bench import run_benchmark
 
-    print(json.dumps(run_benchmark(args.out, repeats=args.repeats), indent=2))
+    print(json.dumps(run_benchmark(args.out, repeats=args.repeats, learn=not args.no_learn), indent=2))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -140,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="measure simulator speed; writes JSON")
     bench.add_argument("--out", type=Path, default=Path("bench.json"))
     bench.add_argument("--repeats", type=int, default=20)
+    bench.add_argument("--no-learn", action="store_true", help="skip the learning benchmark (rollouts, latency, pretraining)")
     bench.set_defaults(func=cmd_bench)
 
     from dl2.k8s.cli import add_parsers as add_kubernetes_parsers

@@ -53,7 +53,7 @@ def _learn_parameters(stage: str, params: dict[str, Any], where: str) -> dict[st
     if settings.preset not in load_presets(where):
         raise Dl2Error(f"{where}: learn.preset: unknown preset {settings.preset!r}")
     workflow.pretrain_config(params, where)
-    workflow.finetune_config(params, where)
+    workflow.finetune_plan(params, where)
     evaluate = params.get("evaluate") or {}
     if not isinstance(evaluate.get("heuristics", []), list):
         raise Dl2Error(f"{where}: evaluate.heuristics: expected a list of policy names")

@@ -87,6 +87,17 @@ def env_step(jobs: Jobs, cl: Cluster, table: np.ndarray, ctl: np.ndarray, action
     return _finish_slots(jobs, cl, table, ctl, max_tasks, fine_grained, assign_bundle, max_slots, state, window_jobs, mask)
 
 
+@njit(cache=True)
+def slot_potential(jobs: Jobs, table: np.ndarray) -> float:
+    """The reward the slot would pay if it ended now, with epochs per slot from `table` (no state changes)."""
+    total = 0.0
+    for i in range(jobs.model.shape[0]):
+        if jobs.active[i] and jobs.workers[i] > 0 and jobs.ps[i] > 0:
+            epochs = min(table[jobs.model[i], jobs.ps[i], jobs.workers[i]], jobs.epochs[i] - jobs.progress[i])
+            total += epochs / jobs.epochs[i]
+    return total
+
+
 class DecisionEnv:
     """One simulated cluster running traces one after another (Gymnasium-style API).
 
@@ -144,6 +155,10 @@ class DecisionEnv:
         if status == DONE:
             info["jct"] = self.jct()
         return self.state, reward, status == DONE, status == TRUNCATED, info
+
+    def potential(self, table: np.ndarray) -> float:
+        """What the current slot would pay if it ended now, by `table` (a speed model's epochs per slot)."""
+        return slot_potential(self.jobs, table)
 
     def jct(self) -> np.ndarray:
         """Per-job JCT of the current trace, in trace order (nan for unfinished jobs)."""

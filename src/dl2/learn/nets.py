@@ -22,12 +22,15 @@ class NetConfig:
     activation: str = "relu"
     batch_norm: bool = False
     one_hot: bool = True  # job type one-hot (paper) or one integer feature (authors' code)
+    per_job: bool = False  # one network shared by every window position (dl2's addition) instead of one MLP
 
     def __post_init__(self):
         if self.activation not in ACTIVATIONS:
             raise Dl2Error(f"activation: expected one of {', '.join(ACTIVATIONS)}, got {self.activation!r}")
         if self.window <= 0 or not self.hidden or min(self.hidden) <= 0:
             raise Dl2Error(f"network: window and hidden sizes must be positive, got {self.window}, {self.hidden}")
+        if self.per_job and self.batch_norm:
+            raise Dl2Error("network: a per-job network has no batch norm; set batch_norm off or per_job off")
 
     @property
     def num_inputs(self) -> int:
@@ -44,6 +47,7 @@ class NetConfig:
 NET_PRESETS = {
     "paper": NetConfig(hidden=(256, 256)),
     "code": NetConfig(hidden=(160, 160), batch_norm=True, one_hot=False),
+    "per-job": NetConfig(hidden=(128, 128), per_job=True),
 }
 
 
@@ -76,14 +80,51 @@ class MLP(nn.Module):
         return self.body(x)
 
 
-def policy_net(config: NetConfig) -> MLP:
+class PerJobNet(nn.Module):
+    """The same layers applied to every window job, each seeing the mean over the window's jobs too.
+
+    Per job: h1 = act(W1 x_j); h_k = act(W_k [h_{k-1}, mean of h_{k-1} over the filled jobs]); the policy
+    reads 3 logits (worker, PS, bundle) per job off the last layer and void off its mean; the value reads
+    a scalar off that mean. Equivariant to the jobs' order, so what is learnt of a job type at one window
+    position holds at every other.
+    """
+
+    def __init__(self, config: NetConfig, outputs: int):
+        super().__init__()
+        self.window, self.features = config.window, config.num_inputs // config.window
+        self.kinds = feature_size(1, config.one_hot) - 5
+        self.value = outputs == 1
+        sizes = [self.features, *config.hidden]
+        self.layers = nn.ModuleList(nn.Linear(sizes[0] if k == 0 else 2 * sizes[k], sizes[k + 1])
+                                    for k in range(len(config.hidden)))
+        self.activation = ACTIVATIONS[config.activation]()
+        self.job_head = nn.Linear(sizes[-1], 3)
+        self.pool_head = nn.Linear(sizes[-1], 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        jobs = x.view(-1, self.window, self.features)
+        filled = (jobs[..., : self.kinds].abs().sum(-1, keepdim=True) > 0).float()
+        count = filled.sum(1, keepdim=True).clamp(min=1.0)
+        h = jobs
+        for k, layer in enumerate(self.layers):
+            if k > 0:
+                pooled = (h * filled).sum(1, keepdim=True) / count
+                h = torch.cat([h, pooled.expand_as(h)], dim=-1)
+            h = self.activation(layer(h))
+        pooled = ((h * filled).sum(1) / count.squeeze(1))
+        if self.value:
+            return self.pool_head(pooled)
+        return torch.cat([self.job_head(h).flatten(1), self.pool_head(pooled)], dim=-1)
+
+
+def policy_net(config: NetConfig) -> nn.Module:
     """Logits over the `3*window + 1` actions."""
-    return MLP(config, config.num_actions)
+    return PerJobNet(config, config.num_actions) if config.per_job else MLP(config, config.num_actions)
 
 
-def value_net(config: NetConfig) -> MLP:
+def value_net(config: NetConfig) -> nn.Module:
     """A scalar estimate of the slot's return."""
-    return MLP(config, 1)
+    return PerJobNet(config, 1) if config.per_job else MLP(config, 1)
 
 
 def masked_log_probs(logits: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:

@@ -1,11 +1,17 @@
-"""Online RL fine-tuning: actor-critic over parallel simulated clusters (DESIGN §5).
+"""Online RL fine-tuning over parallel simulated clusters (DESIGN §5), with two learners.
 
-Several environments ("clusters") step in lockstep, one decision each per round, batched through the
-policy. Every decision of a slot gets that slot's reward; the critic target is the slot reward (the
-authors' code) or the discounted TD target r + gamma * V(next slot's first state) (the paper); without a
-critic a moving-average baseline stands in. After every `num_envs` completed slots, one update: a batch
-from the replay, advantage = target - V(s) (scaled by importance weights when prioritized), policy
-gradient with an entropy bonus, value regression.
+`algorithm: dl2` is the paper's: several environments ("clusters") step in lockstep, one decision each
+per round, batched through the policy. Every decision of a slot gets that slot's reward; the critic
+target is the slot reward (the authors' code) or the discounted TD target r + gamma * V(next slot's first
+state) (the paper); without a critic a moving-average baseline stands in. After every `num_envs`
+completed slots, one update: a batch from the replay, advantage = target - V(s) (scaled by importance
+weights when prioritized), policy gradient with an entropy bonus, value regression.
+
+`algorithm: ppo` is dl2's own: the same environments, network, slot reward and critic targets (`critic:
+slot` means no discounting across slots, as in the authors' code), but each decision is credited with its
+own effect (GAE over decisions, optional potential shaping; see `dl2.learn.ppo`), learned on-policy with
+a clipped surrogate. One update = `rollout_length` decisions in every environment, then `ppo_epochs`
+passes over them.
 
 The trainer's whole state (networks, optimizers, environments, replay, random generators) is
 checkpointed, so a killed run resumes and, with the same seed, ends where an uninterrupted run ends.
@@ -15,7 +21,7 @@ from __future__ import annotations
 
 import pickle
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -28,6 +34,7 @@ from dl2.learn.agent import DL2Policy
 from dl2.learn.env import DecisionEnv
 from dl2.learn.exploration import Explorer
 from dl2.learn.nets import masked_log_probs, value_net
+from dl2.learn.ppo import Rollout, advantages, clipped_update
 from dl2.learn.replay import Replay
 from dl2.learn.rollout import run_policy
 from dl2.paths import atomic_path
@@ -36,11 +43,15 @@ from dl2.sim.scenario import Scenario
 from dl2.workload.traces import Trace
 
 CRITICS = ("slot", "td", "off")
+ALGORITHMS = ("dl2", "ppo")
+SHAPING = ("off", "env", "analytical")
+LR_SCHEDULES = ("constant", "linear")
 
 
 @dataclass(frozen=True)
 class RLConfig:
-    updates: int = 1000  # learner updates; one per `num_envs` completed slots
+    algorithm: str = "dl2"  # dl2 (the paper's learner) | ppo (per-decision credit, on-policy)
+    updates: int = 1000  # learner updates: dl2, one per `num_envs` completed slots; ppo, one per rollout
     num_envs: int = 8  # parallel clusters feeding one learner
     lr: float = 1e-4
     entropy: float = 0.1
@@ -52,14 +63,29 @@ class RLConfig:
     gamma: float = 0.9
     exploration: str = "code"  # off | paper | code | epsilon
     epsilon: float = 0.4
+    shaping: str = "off"  # ppo: potential from no model | the training environment's speeds | the analytical model
+    gae_lambda: float = 0.95  # ppo
+    clip: float = 0.2  # ppo
+    ppo_epochs: int = 4  # ppo: passes over each rollout
+    rollout_length: int = 128  # ppo: decisions per environment per update
+    lr_schedule: str = "constant"  # constant | linear (decays to 0 at the last update)
     validate_every: int = 100
     checkpoint_every: int = 100
     seed: int = 0
 
     def __post_init__(self):
-        if self.critic not in CRITICS:
-            raise Dl2Error(f"critic: expected one of {', '.join(CRITICS)}, got {self.critic!r}")
-        for key in ("updates", "num_envs", "batch_size", "replay_size", "validate_every", "checkpoint_every"):
+        for key, known in (("algorithm", ALGORITHMS), ("critic", CRITICS), ("shaping", SHAPING),
+                           ("lr_schedule", LR_SCHEDULES)):
+            if getattr(self, key) not in known:
+                raise Dl2Error(f"{key}: expected one of {', '.join(known)}, got {getattr(self, key)!r}")
+        if self.algorithm == "ppo":
+            for key in ("exploration", "replay"):
+                if getattr(self, key) != "off":
+                    raise Dl2Error(f"{key}: algorithm ppo learns on-policy, set {key}: off (got {getattr(self, key)!r})")
+        elif self.shaping != "off":
+            raise Dl2Error(f"shaping: only algorithm ppo shapes rewards, set shaping: off (got {self.shaping!r})")
+        for key in ("updates", "num_envs", "batch_size", "replay_size", "validate_every", "checkpoint_every",
+                    "ppo_epochs", "rollout_length"):
             if getattr(self, key) <= 0:
                 raise Dl2Error(f"finetune.{key}: expected a positive integer, got {getattr(self, key)}")
 
@@ -81,6 +107,8 @@ class Trainer:
         self.value = value_net(policy.config)
         self.policy_opt = torch.optim.Adam(policy.net.parameters(), lr=config.lr)
         self.value_opt = torch.optim.Adam(self.value.parameters(), lr=config.lr)
+        self.joint_opt = torch.optim.Adam([*policy.net.parameters(), *self.value.parameters()], lr=config.lr)
+        self.potential_table = _potential_table(config.shaping, scenario)
         window = policy.config.window
         seeds = np.random.SeedSequence(config.seed).spawn(config.num_envs + 1)
         self.envs = [make_env(train, scenario, window, seed=int(s.generate_state(1)[0])) for s in seeds[1:]]
@@ -93,6 +121,7 @@ class Trainer:
         self.baseline = 0.0
         self.history: list[dict] = []
         self.episode_jcts: list[float] = []
+        self.slot_rewards: list[float] = []
         self.pending: list[list[tuple[np.ndarray, np.ndarray, int]]] = [[] for _ in self.envs]
         self.ratios = self.rng.integers(3, 8, len(self.envs))
         for env in self.envs:
@@ -105,14 +134,19 @@ class Trainer:
         target = self.config.updates if stop_after is None else min(self.config.updates, self.updates + stop_after)
         start = time.perf_counter()
         while self.updates < target:
-            if self._round():
+            self._set_learning_rate()
+            if self.config.algorithm == "ppo":
+                self._ppo_update(self._collect())
+            elif self._round():
                 self._update()
-                if self.updates % self.config.validate_every == 0 or self.updates == self.config.updates:
-                    row = self._validate(time.perf_counter() - start)
-                    if on_row is not None:
-                        on_row(row)
-                if checkpoint is not None and (self.updates % self.config.checkpoint_every == 0 or self.updates == target):
-                    self.save(checkpoint)
+            else:
+                continue
+            if self.updates % self.config.validate_every == 0 or self.updates == self.config.updates:
+                row = self._validate(time.perf_counter() - start)
+                if on_row is not None:
+                    on_row(row)
+            if checkpoint is not None and (self.updates % self.config.checkpoint_every == 0 or self.updates == target):
+                self.save(checkpoint)
         return pd.DataFrame(self.history)
 
     def _round(self) -> bool:
@@ -120,9 +154,7 @@ class Trainer:
         states = np.stack([e.state for e in self.envs])
         masks = np.stack([e.mask for e in self.envs])
         probs = self._probs(states, masks)
-        cumulative = np.cumsum(probs, axis=-1)
-        draws = self.rng.random((len(self.envs), 1)) * cumulative[:, -1:]
-        actions = np.minimum((cumulative <= draws).sum(axis=-1), probs.shape[-1] - 1)
+        actions = self._sample(probs)
         ready = False
         for k, env in enumerate(self.envs):
             action = self.explorer.choose(int(actions[k]), states[k], masks[k], probs[k], self.updates, self.rng,
@@ -143,6 +175,78 @@ class Trainer:
             if terminated or truncated:
                 env.reset()
         return ready and self.replay.size >= self.config.learn_start
+
+    def _set_learning_rate(self) -> None:
+        c = self.config
+        lr = c.lr * (1 - self.updates / c.updates) if c.lr_schedule == "linear" else c.lr
+        for optimizer in (self.policy_opt, self.value_opt, self.joint_opt):
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+
+    def _collect(self) -> Rollout:
+        """`rollout_length` decisions in every environment under the current policy (ppo)."""
+        c, n = self.config, len(self.envs)
+        slot_discount = 0.0 if c.critic == "slot" else c.gamma
+        out = Rollout.empty(c.rollout_length, n, self.policy.config.window, NUM_FEATURES)
+        for t in range(c.rollout_length):
+            states = np.stack([e.state for e in self.envs])
+            masks = np.stack([e.mask for e in self.envs])
+            log_probs, values = self._evaluate(states, masks)
+            actions = self._sample(np.exp(log_probs.astype(np.float64)))
+            out.states[t], out.masks[t], out.actions[t], out.values[t] = states, masks, actions, values
+            out.log_probs[t] = log_probs[np.arange(n), actions]
+            for k, env in enumerate(self.envs):
+                before = env.potential(self.potential_table) if self.potential_table is not None else 0.0
+                _, reward, terminated, truncated, info = env.step(int(actions[k]))
+                self.decisions += 1
+                discount = slot_discount if info["slot_end"] else 1.0
+                ended = terminated or truncated
+                if self.potential_table is not None and not ended:
+                    reward += discount * env.potential(self.potential_table)
+                out.rewards[t, k], out.discounts[t, k], out.dones[t, k] = reward - before, discount, ended
+                if info["slot_end"]:
+                    self.slots_done += 1
+                    self.slot_rewards.append(reward)
+                if terminated:
+                    self.episode_jcts.append(float(np.mean(info["jct"])))
+                if ended:
+                    env.reset()
+        states = np.stack([e.state for e in self.envs])
+        out.values[-1] = self._evaluate(states, np.stack([e.mask for e in self.envs]))[1]
+        return out
+
+    def _ppo_update(self, rollout: Rollout) -> None:
+        c = self.config
+        adv = advantages(rollout, c.gae_lambda)
+        returns = adv + rollout.values[:-1]
+        flat = rollout.states.reshape(-1, *rollout.states.shape[2:])
+        stats = clipped_update(
+            self.policy.net, self.value if c.critic != "off" else None, self.joint_opt, self.policy.inputs(flat),
+            torch.from_numpy(rollout.masks.reshape(len(flat), -1)), torch.from_numpy(rollout.actions.reshape(-1)),
+            torch.from_numpy(rollout.log_probs.reshape(-1)), torch.from_numpy(adv.reshape(-1)),
+            torch.from_numpy(returns.reshape(-1)), c.ppo_epochs, c.batch_size, c.clip, c.entropy, self.rng)
+        if c.critic == "off":
+            self.baseline = 0.9 * self.baseline + 0.1 * float(returns.mean())
+        self.updates += 1
+        recent = self.slot_rewards[-200:]
+        self._last = {"policy_loss": stats.policy_loss, "value_loss": stats.value_loss, "entropy": stats.entropy,
+                      "mean_reward": float(np.mean(recent)) if recent else float("nan")}
+
+    @torch.no_grad()
+    def _evaluate(self, states: np.ndarray, masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Masked log-probabilities and value estimates (the moving baseline without a critic)."""
+        self.policy.net.eval()
+        self.value.eval()
+        x = self.policy.inputs(states)
+        log_probs = masked_log_probs(self.policy.net(x), torch.from_numpy(masks)).numpy()
+        values = self.value(x).squeeze(-1).numpy() if self.config.critic != "off" else np.full(len(x), self.baseline, np.float32)
+        return log_probs, values
+
+    def _sample(self, probs: np.ndarray) -> np.ndarray:
+        """One action per row of `probs`, drawn with the trainer's generator."""
+        cumulative = np.cumsum(probs, axis=-1)
+        draws = self.rng.random((len(probs), 1)) * cumulative[:, -1:]
+        return np.minimum((cumulative <= draws).sum(axis=-1), probs.shape[-1] - 1)
 
     @torch.no_grad()
     def _probs(self, states: np.ndarray, masks: np.ndarray) -> np.ndarray:
@@ -221,3 +325,12 @@ class Trainer:
         if not isinstance(trainer, Trainer):
             raise Dl2Error(f"{path}: not a dl2 training checkpoint")
         return trainer
+
+
+def _potential_table(shaping: str, scenario: Scenario) -> np.ndarray | None:
+    """Epochs per slot of the speed model that shapes rewards, or None without shaping."""
+    if shaping == "off":
+        return None
+    if shaping == "env":
+        return scenario.table
+    return Scenario(scenario.preset, replace(scenario.options, speed_model="analytical")).table

@@ -7,7 +7,7 @@ the key. Training and validation traces come from one seed and never overlap.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -80,8 +80,42 @@ def pretrain_config(params: Mapping[str, Any], where: str = "params.yaml") -> Pr
     return _typed(PretrainConfig, params.get("pretrain"), "pretrain", where)
 
 
+@dataclass(frozen=True)
+class FinetunePlan:
+    """Which runs of `RUNS` to train, with which seeds, under one RL configuration."""
+
+    config: RLConfig
+    runs: tuple[str, ...]
+    seeds: tuple[int, ...]
+
+    def items(self) -> list[tuple[str, int, RLConfig]]:
+        """(run, seed, that run's configuration) for every run and seed."""
+        return [(run, seed, replace(self.config, seed=seed)) for run in self.runs for seed in self.seeds]
+
+
 def finetune_config(params: Mapping[str, Any], where: str = "params.yaml") -> RLConfig:
-    return _typed(RLConfig, params.get("finetune"), "finetune", where)
+    section = {k: v for k, v in (params.get("finetune") or {}).items() if k not in ("runs", "seeds")}
+    return _typed(RLConfig, section, "finetune", where)
+
+
+def finetune_plan(params: Mapping[str, Any], where: str = "params.yaml") -> FinetunePlan:
+    """The `finetune` section: the RL configuration plus `runs` (default: all of `RUNS`) and `seeds`."""
+    section = params.get("finetune") or {}
+    runs = section.get("runs", list(RUNS))
+    if not isinstance(runs, list) or not runs or any(r not in RUNS for r in runs):
+        raise Dl2Error(f"{where}: finetune.runs: expected a list of {', '.join(RUNS)}, got {runs!r}")
+    seeds = section.get("seeds", [0])
+    if not isinstance(seeds, list) or not seeds or any(not isinstance(x, int) or isinstance(x, bool) or x < 0 for x in seeds) \
+            or len(set(seeds)) != len(seeds):
+        raise Dl2Error(f"{where}: finetune.seeds: expected a list of distinct non-negative integers, got {seeds!r}")
+    if "seed" in section:
+        raise Dl2Error(f"{where}: finetune.seed: use finetune.seeds, a list (one run per seed)")
+    return FinetunePlan(finetune_config(params, where), tuple(runs), tuple(seeds))
+
+
+def model_name(run: str, seed: int) -> str:
+    """The file stem of a fine-tuned model and its checkpoint: `sl-rl-s0`."""
+    return f"{run}-s{seed}"
 
 
 def network(settings: LearnSettings) -> NetConfig:
