@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -67,6 +68,13 @@ def test_pods_are_bound_by_dl2_and_kubectl_shows_allocation_and_progress(kube, t
         mine = [p for p in pods if p["metadata"]["labels"][JOB_LABEL] == job["metadata"]["name"]]
         assert job["status"]["allocation"]["workers"] == sum(p["metadata"]["labels"]["dl2.io/role"] == "worker" for p in mine)
     kubectl = ensure_binaries().path("kubectl")
+    deadline = time.monotonic() + 60  # KWOK plays the bound pods as Running, asynchronously
+    while not all(p.get("status", {}).get("phase") == "Running" for p in kube.items(pods_path(ns), labelSelector=JOB_LABEL)):
+        assert time.monotonic() < deadline, "KWOK did not run the bound pods"
+        time.sleep(0.1)
+    shown = subprocess.run([str(kubectl), f"--kubeconfig={testbed.kubeconfig}", "-n", ns, "get", "pods", "--no-headers"],
+                           capture_output=True, text=True, check=True).stdout.splitlines()
+    assert len(shown) == len(pods) and all(line.split()[1:3] == ["1/1", "Running"] for line in shown)
     out = subprocess.run([str(kubectl), f"--kubeconfig={testbed.kubeconfig}", "-n", ns, "get", "dl2jobs"],
                          capture_output=True, text=True, check=True).stdout
     lines = out.splitlines()
