@@ -45,7 +45,7 @@ def check_spec(job: dict, catalog: Catalog, node_capacity: tuple[int, int], max_
         demands.append((cpu, gpu))
     bundle = (demands[0][0] + demands[1][0], demands[0][1] + demands[1][1])
     if bundle[0] > node_capacity[0] or bundle[1] > node_capacity[1]:
-        return (f"spec: a worker plus a PS need {bundle[0]} cpu and {bundle[1]} {'nvidia.com/gpu'}, "
+        return (f"spec: a worker plus a PS need {bundle[0]} cpu and {bundle[1]} nvidia.com/gpu, "
                 f"more than one node holds ({node_capacity[0]} cpu, {node_capacity[1]} gpu)")
     limits = spec.get("limits") or {}
     max_workers, max_ps = limits.get("maxWorkers", max_tasks), limits.get("maxPS", max_tasks)

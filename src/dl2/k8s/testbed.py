@@ -65,6 +65,9 @@ def _wait(what: str, proc: subprocess.Popen, log: Path, probe, timeout: float = 
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-5:])
+            if "address already in use" in tail:
+                raise Dl2Error(f"{what} could not bind its loopback port: another process took it after the "
+                               f"testbed chose it; run `dl2 testbed up --local` again (see {log})")
             raise Dl2Error(f"{what} exited with code {proc.returncode} while starting; see {log}:\n{tail}")
         try:
             if probe():
