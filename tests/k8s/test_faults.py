@@ -201,9 +201,10 @@ def test_a_conflicting_progress_write_is_retried_on_fresh_data_and_counted_once(
 def test_an_invalid_dl2job_fails_with_a_condition_and_the_others_run(kube):
     sc, tr = scenario(), trace(10)
     ns = space(kube)
-    bad = trace_manifests(tr, sc.catalog, ns)[:2]
+    bad = trace_manifests(tr, sc.catalog, ns)[:3]
     bad[0]["metadata"]["name"], bad[0]["spec"]["model"] = "bad-model", "no-such-model"
     bad[1]["metadata"]["name"], bad[1]["spec"]["workerDemand"] = "too-big", {"cpu": 9, "gpu": 1}
+    bad[2]["metadata"]["name"], bad[2]["spec"]["limits"] = "over-limit", {"maxWorkers": PRESET.max_tasks + 1}
     for manifest in bad:
         kube.create(jobs_path(ns), manifest)
     with pytest.raises(ApiError) as rejected:
@@ -212,7 +213,8 @@ def test_an_invalid_dl2job_fails_with_a_condition_and_the_others_run(kube):
     submit_trace(kube, tr, sc.catalog, ns)
     backend = KubeCluster(kube, sc, ns, ns)
     run(backend, get_scheduler("drf"))
-    for name, words in (("bad-model", "spec.model: unknown model 'no-such-model'"), ("too-big", "more than one node holds")):
+    for name, words in (("bad-model", "spec.model: unknown model 'no-such-model'"), ("too-big", "more than one node holds"),
+                        ("over-limit", f"spec.limits: at most {PRESET.max_tasks} workers")):
         status = kube.get(jobs_path(ns, name))["status"]
         assert status["phase"] == "Failed"
         (condition,) = status["conditions"]

@@ -12,7 +12,7 @@ import torch
 from .support import PRESET, scenario, space, trace
 from dl2.k8s.backend import KubeCluster
 from dl2.k8s.build import ensure_binaries
-from dl2.k8s.jobs import job_name, submit_trace
+from dl2.k8s.jobs import job_name, submit_trace, trace_manifests
 from dl2.k8s.loop import run
 from dl2.k8s.resources import JOB_LABEL, SCHEDULER_NAME, jobs_path, pods_path
 from dl2.learn.agent import DL2Policy, DL2Scheduler
@@ -84,3 +84,20 @@ def test_pods_are_bound_by_dl2_and_kubectl_shows_allocation_and_progress(kube, t
         row = rows[job["metadata"]["name"]]
         assert row[2] == str(job["status"]["allocation"]["workers"]) and row[3] == str(job["status"]["allocation"]["ps"])
         assert row[4] == job["status"]["progressPercent"] and row[5] == "Running"
+
+
+def test_a_dl2jobs_own_limits_cap_its_tasks(kube):
+    sc, tr = scenario(), trace(16)
+    ns = space(kube)
+    manifests = trace_manifests(tr, sc.catalog, ns)
+    for manifest in manifests:
+        manifest["spec"]["limits"] = {"maxWorkers": 1, "maxPS": 2}
+        kube.create(jobs_path(ns), manifest)
+    backend = KubeCluster(kube, sc, ns, ns)
+    drf = get_scheduler("drf")
+    seen = []
+    while not backend.done:
+        run(backend, drf, max_slots=1)
+        seen += [j["status"]["allocation"] for j in kube.items(jobs_path(ns)) if "allocation" in j["status"]]
+    assert max(a["workers"] for a in seen) == 1 and max(a["ps"] for a in seen) == 2  # DRF would give up to 4 bundles
+    assert {j["status"]["phase"] for j in kube.items(jobs_path(ns))} == {"Succeeded"}
