@@ -19,7 +19,7 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(scope="session")
 def testbed(tmp_path_factory):
-    bed = local_testbed.up(tmp_path_factory.mktemp("testbed"))
+    bed = local_testbed.up(tmp_path_factory.mktemp("testbed"), detach=False)  # dies with pytest, if killed
     yield bed
     local_testbed.down(bed.folder)
 

@@ -8,6 +8,7 @@ kubeconfig and installs the DL2Job CRD. The folder's `testbed.json` records the 
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -54,10 +55,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start(binary: Path, args: list[str], log: Path) -> subprocess.Popen:
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGKILL when the process that started it dies (Linux PR_SET_PDEATHSIG)."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+
+
+def _start(binary: Path, args: list[str], log: Path, detach: bool) -> subprocess.Popen:
     with open(log, "w") as out:
         return subprocess.Popen([str(binary), *args], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=None if detach else _die_with_parent)
 
 
 def _wait(what: str, proc: subprocess.Popen, log: Path, probe, timeout: float = READY_TIMEOUT) -> None:
@@ -87,8 +93,11 @@ def _kubeconfig(server: str, creds: pki.Credentials) -> str:
     }, indent=2)
 
 
-def up(folder: Path | None = None, log=print) -> Testbed:
-    """Start a testbed in `folder` (default: the cache's `run/`); an already running one there is an error."""
+def up(folder: Path | None = None, log=print, detach: bool = True) -> Testbed:
+    """Start a testbed in `folder` (default: the cache's `run/`); an already running one there is an error.
+
+    Detached (the CLI), it outlives this process until `down`; else (tests) it dies with this process too.
+    """
     folder = Path(folder) if folder is not None else default_folder()
     if _alive(folder):
         raise Dl2Error(f"a testbed is already running in {folder}: `dl2 testbed down` first")
@@ -106,7 +115,7 @@ def up(folder: Path | None = None, log=print) -> Testbed:
             "--name=dl2", f"--data-dir={folder / 'etcd-data'}", f"--listen-client-urls={etcd_url}",
             f"--advertise-client-urls={etcd_url}", f"--listen-peer-urls=http://127.0.0.1:{peer}",
             f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}", f"--initial-cluster=dl2=http://127.0.0.1:{peer}",
-            "--unsafe-no-fsync=true", "--log-level=warn"], folder / "etcd.log")
+            "--unsafe-no-fsync=true", "--log-level=warn"], folder / "etcd.log", detach)
         _wait("etcd", procs["etcd"], folder / "etcd.log", lambda: httpx.get(f"{etcd_url}/health", timeout=1).status_code == 200)
         port = _free_port()
         server = f"https://127.0.0.1:{port}"
@@ -118,7 +127,7 @@ def up(folder: Path | None = None, log=print) -> Testbed:
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             "--service-cluster-ip-range=10.96.0.0/16", "--disable-admission-plugins=ServiceAccount",
             "--enable-priority-and-fairness=false", "--profiling=false", "--endpoint-reconciler-type=none",
-            "--allow-privileged=true", "-v=1"], folder / "kube-apiserver.log")
+            "--allow-privileged=true", "-v=1"], folder / "kube-apiserver.log", detach)
         headers = {"Authorization": f"Bearer {creds.token}"}
         tls = ssl.create_default_context(cafile=str(creds.ca))
         _wait("kube-apiserver", procs["kube-apiserver"], folder / "kube-apiserver.log",
@@ -130,7 +139,7 @@ def up(folder: Path | None = None, log=print) -> Testbed:
         procs["kwok"] = _start(binaries.path("kwok"), [
             f"--kubeconfig={kubeconfig}", f"--config={KWOK_STAGES}", f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
             f"--server-address=127.0.0.1:{kwok_port}", f"--node-port={kwok_port}", "--node-ip=127.0.0.1",
-            "--cidr=10.0.0.1/16"], folder / "kwok.log")
+            "--cidr=10.0.0.1/16"], folder / "kwok.log", detach)
         kube = Kube(load_kubeconfig(kubeconfig))
         try:
             install_crd(kube)
