@@ -31,6 +31,7 @@ def test_the_kubernetes_env_matches_the_simulators_env_action_for_action(kube, t
     while True:
         np.testing.assert_array_equal(ks, ss)
         np.testing.assert_array_equal(ki["mask"], si["mask"])
+        assert kenv.potential(sc.table) == senv.potential(sc.table)
         action = int(rng.choice(np.flatnonzero(si["mask"])))
         ks, kr, kt, ktr, ki = kenv.step(action)
         ss, sr, st, str_, si = senv.step(action)
@@ -42,16 +43,19 @@ def test_the_kubernetes_env_matches_the_simulators_env_action_for_action(kube, t
     assert steps > 10
 
 
-def test_online_rl_on_the_testbed_updates_the_policy_and_logs_to_mlflow(testbed, tmp_path, monkeypatch):
+@pytest.mark.parametrize("algorithm", ["dl2", "ppo"])
+def test_online_rl_on_the_testbed_updates_the_policy_and_logs_to_mlflow(testbed, tmp_path, monkeypatch, algorithm):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     sc = scenario(assign_bundle=True)
     torch.manual_seed(0)
     policy = DL2Policy(net_config("paper", window=10), PRESET.max_tasks)
     before = [p.detach().clone() for p in policy.net.parameters()]
-    config = RLConfig(updates=3, num_envs=2, batch_size=32, replay_size=512, learn_start=32, validate_every=3,
-                      checkpoint_every=3, seed=0)
+    learner = {"dl2": dict(replay_size=512, learn_start=32),
+               "ppo": dict(replay="off", exploration="off", shaping="env", rollout_length=16, ppo_epochs=2)}[algorithm]
+    config = RLConfig(algorithm=algorithm, updates=3, num_envs=2, batch_size=32, validate_every=3, checkpoint_every=3,
+                      seed=0, **learner)
     trainer = Trainer(policy, [trace(13), trace(14)], [trace(15)], sc, config, tag="k8s-test",
-                      make_env=KubeEnvFactory(testbed.kubeconfig, prefix="rl"))
+                      make_env=KubeEnvFactory(testbed.kubeconfig, prefix=f"rl-{algorithm}"))
     assert all(isinstance(env, KubeDecisionEnv) for env in trainer.envs)
     tracking.experiment_id()
     with mlflow.start_run(run_name="finetune-k8s") as run:

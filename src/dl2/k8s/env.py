@@ -19,7 +19,7 @@ from dl2.k8s.backend import KubeCluster
 from dl2.k8s.client import Kube
 from dl2.k8s.jobs import job_name, submit_trace
 from dl2.k8s.resources import CLOCK, JOB_LABEL, configmap_path, create_nodes, ensure_namespace, jobs_path, pods_path
-from dl2.learn.env import CONTINUE, DONE, TRUNCATED, DecisionEnv
+from dl2.learn.env import CONTINUE, DONE, TRUNCATED, DecisionEnv, slot_potential
 from dl2.sim.placement import place_least_loaded
 from dl2.sim.scenario import Scenario
 from dl2.sim.state import NUM_FEATURES
@@ -94,6 +94,10 @@ class KubeDecisionEnv:
         if status == DONE:
             info["jct"] = self.jct()
         return self.state, reward, status == DONE, status == TRUNCATED, info
+
+    def potential(self, table: np.ndarray) -> float:
+        """What the open slot would pay if it ended now, by `table` (for reward shaping)."""
+        return slot_potential(self.alloc.jobs, table)
 
     def jct(self) -> np.ndarray:
         """Per-job JCT of the current trace, in trace order (nan for unfinished jobs)."""
