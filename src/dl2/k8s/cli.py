@@ -117,8 +117,8 @@ def cmd_scheduler_run(args: argparse.Namespace) -> None:
 
 def cmd_scheduler_task(args: argparse.Namespace) -> None:
     """What a task pod runs: it holds its place until the scheduler deletes it (progress is emulated)."""
-    print(f"dl2 task: {args.role} of DL2Job {args.job}", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    print(f"dl2 task: {args.role} of DL2Job {args.job}", flush=True)
     while True:
         time.sleep(3600)
 
