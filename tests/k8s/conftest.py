@@ -1,4 +1,4 @@
-"""The local control plane, started once per session (built from the Go module proxy on first use)."""
+"""The local control plane, started once for these tests (built from the Go module proxy on first use)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.k8s)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def testbed(tmp_path_factory):
+    """Up for the tests of this package only, so it does not run beside the rest of the suite."""
     bed = local_testbed.up(tmp_path_factory.mktemp("testbed"), detach=False)  # dies with pytest, if killed
     yield bed
     local_testbed.down(bed.folder)
