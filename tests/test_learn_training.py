@@ -66,6 +66,26 @@ def test_pretraining_imitates_drf():
     assert np.mean(chosen == actions) >= 0.95
 
 
+def test_label_smoothing_keeps_the_teachers_choices_but_leaves_room_to_explore():
+    scenario = Scenario(tiny_preset(3, 3, 10))
+    train, validation = _traces(scenario, 4, seed=0), _traces(scenario, 1, seed=1)
+    net = net_config("paper", hidden=(64, 64), window=10)
+    states, actions = teacher_decisions(train, scenario, "drf", net.window)
+    masks = masks_from_states(states, 3)
+    entropy, accuracy = {}, {}
+    for smoothing in (0.0, 0.2):
+        policy, _ = pretrain(train, validation, scenario, net, PretrainConfig(epochs=8, batch_size=64, eval_every=8,
+                                                                            label_smoothing=smoothing))
+        with torch.no_grad():
+            log_probs = masked_log_probs(policy.net(policy.inputs(states)), torch.from_numpy(masks))
+        entropy[smoothing] = float(-(log_probs.exp() * log_probs.masked_fill(~torch.from_numpy(masks), 0)).sum(-1).mean())
+        accuracy[smoothing] = float((log_probs.argmax(-1).numpy() == actions).mean())
+    assert accuracy[0.2] >= 0.9 and accuracy[0.0] >= 0.9, accuracy
+    assert entropy[0.2] > 2 * entropy[0.0], entropy
+    with pytest.raises(Dl2Error, match="label_smoothing"):
+        PretrainConfig(label_smoothing=1.0)
+
+
 # --- RL fine-tuning ----------------------------------------------------------------------------------
 
 RL_SCENARIO = Scenario(tiny_preset(3, 3, 10), SimOptions(assign_bundle=True))

@@ -11,6 +11,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+from dl2.errors import Dl2Error
 from dl2.learn.agent import DL2Policy, masks_from_states
 from dl2.learn.nets import NetConfig, masked_log_probs
 from dl2.learn.rollout import run_policy
@@ -27,6 +28,11 @@ class PretrainConfig:
     lr: float = 0.005
     seed: int = 0
     eval_every: int = 1  # epochs between validation-JCT measurements
+    label_smoothing: float = 0.0  # weight spread over the legal actions, so RL fine-tuning can still explore
+
+    def __post_init__(self):
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise Dl2Error(f"label_smoothing: expected a number in [0, 1), got {self.label_smoothing!r}")
 
 
 def teacher_decisions(traces: Sequence[Trace], scenario: Scenario, teacher: str, window: int) -> tuple[np.ndarray, np.ndarray]:
@@ -66,6 +72,10 @@ def pretrain(train: Sequence[Trace], validation: Sequence[Trace], scenario: Scen
                 continue
             log_probs = masked_log_probs(policy.net(x_train[batch]), m_train[batch])
             loss = loss_fn(log_probs, y_train[batch])
+            if config.label_smoothing > 0:
+                legal = m_train[batch]
+                spread = -(log_probs.masked_fill(~legal, 0.0).sum(-1) / legal.sum(-1)).mean()
+                loss = (1 - config.label_smoothing) * loss + config.label_smoothing * spread
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
