@@ -14,7 +14,7 @@ from .support import PRESET, params_file
 from dl2.errors import Dl2Error
 from dl2.k8s import build
 from dl2.k8s.client import ApiError, Kube, load_kubeconfig
-from dl2.k8s.resources import GPU, POOL_LABEL, create_nodes
+from dl2.k8s.resources import GPU, POOL_LABEL, create_nodes, crd_manifest, install_crd
 
 
 def test_nodes_mirror_the_presets_cluster(kube):
@@ -24,6 +24,15 @@ def test_nodes_mirror_the_presets_cluster(kube):
     for node in nodes:
         assert node["status"]["allocatable"]["cpu"] == "8" and node["status"]["allocatable"][GPU] == "8"
         assert any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"]["conditions"])  # KWOK's doing
+
+
+def test_the_crd_installs_again_and_is_served_with_its_columns(kube):
+    install_crd(kube)  # up installed it already: applying it again is fine
+    served = kube.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/dl2jobs.dl2.io")
+    columns = [c["name"] for c in served["spec"]["versions"][0]["additionalPrinterColumns"]]
+    assert columns == [c["name"] for c in crd_manifest()["spec"]["versions"][0]["additionalPrinterColumns"]]
+    assert {"Workers", "PS", "Progress", "Phase"} <= set(columns)
+    assert served["spec"]["versions"][0]["subresources"] == {"status": {}}
 
 
 def test_the_api_server_wants_the_token(testbed):

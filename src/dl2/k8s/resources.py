@@ -41,17 +41,11 @@ def crd_manifest() -> dict:
 def install_crd(kube: Kube, timeout: float = 30.0) -> None:
     """Create (or update) the DL2Job CRD and wait until the API server serves it."""
     crd = crd_manifest()
-    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-    try:
-        kube.create(path, crd)
-    except ApiError as exc:
-        if exc.status != 409:
-            raise
-        current = kube.get(f"{path}/{crd['metadata']['name']}")
-        kube.replace(f"{path}/{crd['metadata']['name']}", {**crd, "metadata": {**crd["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}})
+    path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}"
+    kube.apply(path, crd)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        status = kube.get(f"{path}/{crd['metadata']['name']}").get("status", {})
+        status = kube.get(path).get("status", {})
         if any(c["type"] == "Established" and c["status"] == "True" for c in status.get("conditions") or []):
             return
         time.sleep(0.05)
