@@ -106,13 +106,13 @@ def fig9_bars(results: pd.DataFrame) -> plt.Figure:
     return fig
 
 
-def fig10_curves(history: pd.DataFrame, drf_jct: float, bound: float) -> plt.Figure:
+def fig10_curves(history: pd.DataFrame, lines: dict[str, float]) -> plt.Figure:
     """Paper Fig. 10: validation JCT (greedy) against training updates per run (mean ± sd over seeds),
-    DRF and the bound as lines."""
+    with fixed references (e.g. DRF, SL only, the lower bound) as horizontal lines."""
     fig, ax = plt.subplots(figsize=(8, 4))
     sns.lineplot(history, x="update", y="val_jct_greedy", hue="run", marker="o", errorbar="sd", ax=ax)
-    ax.axhline(drf_jct, color="gray", ls="-.", lw=1, label="DRF")
-    ax.axhline(bound, color="black", ls="--", lw=1, label="lower bound")
+    for (label, value), style in zip(lines.items(), ["-.", ":", "--", "-"]):
+        ax.axhline(value, color="black" if label == "lower bound" else "gray", ls=style, lw=1, label=label)
     ax.set(title="Validation JCT during RL fine-tuning", xlabel="update", ylabel="average JCT (slots)")
     ax.legend()
     fig.tight_layout()
