@@ -11,7 +11,9 @@ import yaml
 
 from dl2.config import Preset
 from dl2.k8s.client import Kube
+from dl2.k8s.jobs import job_name, submit_trace
 from dl2.k8s.resources import create_nodes, ensure_namespace
+from dl2.sim.run import simulate
 from dl2.sim.scenario import Scenario, SimOptions
 from dl2.workload.traces import generate_trace
 
@@ -44,3 +46,17 @@ def params_file(folder) -> str:
                                               "speed_table", "bucket_to_model")}
     path.write_text(yaml.safe_dump({"presets": {PRESET.name: fields}}))
     return path
+
+
+def submitted(kube: Kube, seed: int, num_nodes: int = PRESET.num_nodes):
+    """(scenario, trace, namespace): trace `seed` submitted as DL2Jobs to a fresh namespace and pool."""
+    sc, tr = scenario(), trace(seed)
+    ns = space(kube, num_nodes)
+    submit_trace(kube, tr, sc.catalog, ns)
+    return sc, tr, ns
+
+
+def assert_simulator_jcts(jct: dict[str, float], tr, sc: Scenario, policy: str = "drf") -> None:
+    """Per-job JCTs (by DL2Job name) equal the simulator's on the same trace."""
+    got = [jct[job_name(int(i))] for i in tr.job_id]
+    np.testing.assert_allclose(got, simulate(tr, policy, sc).jct, rtol=1e-9)

@@ -9,19 +9,17 @@ import sys
 import time
 
 import httpx
-import numpy as np
 import pytest
 
-from .support import PRESET, params_file, scenario, space, trace
+from .support import PRESET, assert_simulator_jcts, params_file, scenario, space, submitted, trace
 from dl2.errors import Dl2Error
 from dl2.k8s.backend import KubeCluster
 from dl2.k8s.client import ApiError, Kube, load_kubeconfig, ssl_context
-from dl2.k8s.jobs import job_name, submit_trace, trace_manifests
+from dl2.k8s.jobs import submit_trace, trace_manifests
 from dl2.k8s.loop import run, run_slot
 from dl2.k8s.emulator import ProgressEmulator
 from dl2.k8s.resources import CLOCK, JOB_LABEL, configmap_path, ensure_namespace, jobs_path, pods_path
 from dl2.schedulers import get_scheduler
-from dl2.sim.run import simulate
 
 
 
@@ -32,9 +30,7 @@ def _scheduler_process(testbed, ns, params, *extra):
 
 
 def test_killed_mid_run_the_scheduler_resumes_from_the_cluster(kube, testbed, tmp_path):
-    sc, tr = scenario(), trace(3)
-    ns = space(kube)
-    submit_trace(kube, tr, sc.catalog, ns)
+    sc, tr, ns = submitted(kube, 3)
     params = params_file(tmp_path)
     first = _scheduler_process(testbed, ns, params, "--until-done")
     try:
@@ -52,9 +48,7 @@ def test_killed_mid_run_the_scheduler_resumes_from_the_cluster(kube, testbed, tm
     out, err = second.communicate(timeout=300)
     assert second.returncode == 0, err
     backend = KubeCluster(kube, sc, ns, ns)
-    jct = backend.jct()
-    got = np.array([jct[job_name(int(i))] for i in tr.job_id])
-    np.testing.assert_allclose(got, simulate(tr, "drf", sc).jct, rtol=1e-9)
+    assert_simulator_jcts(backend.jct(), tr, sc)
     assert killed_at >= 5
 
 
@@ -66,9 +60,7 @@ def _clock(kube, ns) -> int:
 
 
 def test_a_slot_interrupted_after_its_allocation_is_committed_is_finished_as_committed(kube):
-    sc, tr = scenario(), trace(4)
-    ns = space(kube)
-    submit_trace(kube, tr, sc.catalog, ns)
+    sc, tr, ns = submitted(kube, 4)
     backend = KubeCluster(kube, sc, ns, ns)
     for _ in range(3):
         run_slot(backend, get_scheduler("drf"))
@@ -82,15 +74,11 @@ def test_a_slot_interrupted_after_its_allocation_is_committed_is_finished_as_com
     fifo = get_scheduler("fifo")  # a different policy would decide otherwise: the committed slot must win
     run(fresh, fifo, max_slots=1)
     run(fresh, get_scheduler("drf"))
-    jct = fresh.jct()
-    got = np.array([jct[job_name(int(i))] for i in tr.job_id])
-    np.testing.assert_allclose(got, simulate(tr, "drf", sc).jct, rtol=1e-9)
+    assert_simulator_jcts(fresh.jct(), tr, sc)
 
 
 def test_pods_deleted_behind_its_back_are_recreated(kube):
-    sc, tr = scenario(), trace(5)
-    ns = space(kube)
-    submit_trace(kube, tr, sc.catalog, ns)
+    sc, tr, ns = submitted(kube, 5)
     backend = KubeCluster(kube, sc, ns, ns)
     drf = get_scheduler("drf")
     run(backend, drf, max_slots=2)
@@ -111,9 +99,7 @@ def test_pods_deleted_behind_its_back_are_recreated(kube):
 
 
 def test_a_node_that_disappears_has_its_tasks_placed_elsewhere(kube):
-    sc, tr = scenario(), trace(6)
-    ns = space(kube, num_nodes=3)
-    submit_trace(kube, tr, sc.catalog, ns)
+    sc, tr, ns = submitted(kube, 6, num_nodes=3)
     backend = KubeCluster(kube, sc, ns, ns)
     drf = get_scheduler("drf")
     run(backend, drf, max_slots=4)  # the first jobs finish within their slot; job 4 (8000 epochs) runs on
@@ -146,24 +132,19 @@ class Flaky(httpx.BaseTransport):
 
 def test_transient_api_errors_are_retried_with_backoff(testbed, kube):
     """503 and 429 cannot be caused on demand with a healthy server: a transport injects them."""
-    sc, tr = scenario(), trace(7)
-    ns = space(kube)
-    submit_trace(kube, tr, sc.catalog, ns)
+    sc, tr, ns = submitted(kube, 7)
     conn = load_kubeconfig(testbed.kubeconfig)
     flaky = Flaky(conn, period=5, burst=1)
     client = Kube(conn, backoff=0.001, transport=flaky)
     backend = KubeCluster(client, sc, ns, ns)
     run(backend, get_scheduler("drf"), log=pytest.fail)  # every failure is absorbed by the client's retries
-    jct = backend.jct()
-    np.testing.assert_allclose([jct[job_name(int(i))] for i in tr.job_id], simulate(tr, "drf", sc).jct, rtol=1e-9)
+    assert_simulator_jcts(backend.jct(), tr, sc)
     assert flaky.injected > 10 and client.retried == flaky.injected
     client.close()
 
 
 def test_errors_that_outlast_the_retries_do_not_end_the_loop(testbed, kube):
-    sc, tr = scenario(), trace(8)
-    ns = space(kube)
-    submit_trace(kube, tr, sc.catalog, ns)
+    sc, tr, ns = submitted(kube, 8)
     conn = load_kubeconfig(testbed.kubeconfig)
     flaky = Flaky(conn, period=150, burst=3)
     client = Kube(conn, retries=1, backoff=0.001, transport=flaky)  # three failures in a row get through
@@ -171,15 +152,12 @@ def test_errors_that_outlast_the_retries_do_not_end_the_loop(testbed, kube):
     backend = KubeCluster(client, sc, ns, ns)
     run(backend, get_scheduler("drf"), log=logged.append, max_backoff=0.01)
     assert logged and all(" 503 " in m or " 429 " in m for m in logged)
-    jct = backend.jct()
-    np.testing.assert_allclose([jct[job_name(int(i))] for i in tr.job_id], simulate(tr, "drf", sc).jct, rtol=1e-9)
+    assert_simulator_jcts(backend.jct(), tr, sc)
     client.close()
 
 
 def test_a_conflicting_progress_write_is_retried_on_fresh_data_and_counted_once(kube):
-    sc, tr = scenario(), trace(9)
-    ns = space(kube)
-    submit_trace(kube, tr, sc.catalog, ns)
+    sc, tr, ns = submitted(kube, 9)
     backend = KubeCluster(kube, sc, ns, ns)
     while not any(j.get("status", {}).get("phase") == "Running" for j in kube.items(jobs_path(ns))):
         run(backend, get_scheduler("drf"), max_slots=1)
@@ -220,8 +198,7 @@ def test_an_invalid_dl2job_fails_with_a_condition_and_the_others_run(kube):
         (condition,) = status["conditions"]
         assert condition["type"] == "Valid" and condition["status"] == "False" and condition["reason"] == "InvalidSpec"
         assert words in condition["message"]
-    jct = backend.jct()
-    np.testing.assert_allclose([jct[job_name(int(i))] for i in tr.job_id], simulate(tr, "drf", sc).jct, rtol=1e-9)
+    assert_simulator_jcts(backend.jct(), tr, sc)
 
 
 def test_no_ready_node_is_a_clear_error(kube):

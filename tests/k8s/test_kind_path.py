@@ -8,15 +8,13 @@ import signal
 import subprocess
 import sys
 
-import numpy as np
 import yaml
 
-from .support import PRESET, params_file, scenario, space, trace
+from .support import PRESET, assert_simulator_jcts, params_file, scenario, space, submitted, trace
 from dl2.k8s.backend import KubeCluster
-from dl2.k8s.jobs import job_name, submit_trace, trace_manifests
+from dl2.k8s.jobs import trace_manifests
 from dl2.k8s.resources import crd_manifest, jobs_path
 from dl2.paths import PACKAGE_DIR
-from dl2.sim.run import simulate
 
 DEPLOY = PACKAGE_DIR.parents[1] / "deploy"
 PATHS = {  # kind -> collection path (cluster-scoped, or namespaced with {ns})
@@ -71,9 +69,7 @@ def _entrypoint() -> list[str]:
 
 def test_the_containers_entrypoint_runs_as_a_local_process(kube, testbed, tmp_path):
     """The Deployment's command, pointed at the testbed instead of the in-cluster service account."""
-    sc, tr = scenario(), trace(11)
-    ns = space(kube)
-    submit_trace(kube, tr, sc.catalog, ns)
+    sc, tr, ns = submitted(kube, 11)
     params = params_file(tmp_path)
     command = _entrypoint()
     assert command[:3] == ["dl2", "k8s-scheduler", "run"] and "--in-cluster" in command
@@ -82,8 +78,7 @@ def test_the_containers_entrypoint_runs_as_a_local_process(kube, testbed, tmp_pa
     args = [local.get(a, a) for a in command[1:]] + [f"--params={params}", "--until-done"]
     done = subprocess.run([sys.executable, "-m", "dl2.cli", *args], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    jct = KubeCluster(kube, sc, ns, ns).jct()
-    np.testing.assert_allclose([jct[job_name(int(i))] for i in tr.job_id], simulate(tr, "drf", sc).jct, rtol=1e-9)
+    assert_simulator_jcts(KubeCluster(kube, sc, ns, ns).jct(), tr, sc)
 
 
 def test_the_task_process_holds_its_place_until_terminated():
