@@ -176,6 +176,27 @@ def test_a_conflicting_progress_write_is_retried_on_fresh_data_and_counted_once(
     assert kube.get(jobs_path(ns, name))["status"]["progress"] == counted["progress"]
 
 
+def test_a_pod_its_node_refused_does_not_train(kube):
+    sc, tr, ns = submitted(kube, 17)
+    backend = KubeCluster(kube, sc, ns, ns)
+
+    def running_with_two_workers():
+        return [j for j in kube.items(jobs_path(ns)) if j.get("status", {}).get("phase") == "Running"
+                and j["status"]["allocation"]["workers"] >= 2 and j["status"]["allocation"]["ps"] >= 1]
+
+    while not running_with_two_workers():
+        run(backend, get_scheduler("drf"), max_slots=1)
+    job = running_with_two_workers()[0]
+    name, alloc = job["metadata"]["name"], job["status"]["allocation"]
+    worker = next(p for p in kube.items(pods_path(ns), labelSelector=f"{JOB_LABEL}={name},dl2.io/role=worker"))
+    kube.patch(pods_path(ns, worker["metadata"]["name"]) + "/status", {"status": {"phase": "Failed", "reason": "OutOfcpu"}})
+    slot, model = backend.slot, sc.catalog.index(job["spec"]["model"])
+    ProgressEmulator(kube, ns, sc.table, True).advance(slot, [job], [model], {n["metadata"]["name"] for n in backend.nodes()})
+    trained = kube.get(jobs_path(ns, name))["status"]["progress"] - job["status"]["progress"]
+    remaining = job["spec"]["epochs"] - job["status"]["progress"]
+    assert trained == min(sc.table[model, alloc["ps"], alloc["workers"] - 1], remaining)
+
+
 def test_an_invalid_dl2job_fails_with_a_condition_and_the_others_run(kube):
     sc, tr = scenario(), trace(10)
     ns = space(kube)

@@ -19,11 +19,11 @@ from dl2.sim.state import make_jobs
 
 
 def bound_tasks(kube: Kube, namespace: str, nodes: set[str]) -> Counter:
-    """(job, role) -> pods bound to one of `nodes` and not being deleted."""
+    """(job, role) -> pods bound to one of `nodes`, not being deleted and not failed (a kubelet may refuse one)."""
     counts: Counter = Counter()
     for pod in kube.items(pods_path(namespace), labelSelector=JOB_LABEL):
         meta, node = pod["metadata"], pod["spec"].get("nodeName")
-        if node in nodes and not meta.get("deletionTimestamp"):
+        if node in nodes and not meta.get("deletionTimestamp") and pod.get("status", {}).get("phase") != "Failed":
             counts[meta["labels"][JOB_LABEL], meta["labels"][ROLE_LABEL]] += 1
     return counts
 
