@@ -537,7 +537,8 @@ def test_the_evaluation_summary_spreads_over_seeds():
 
 @pytest.mark.parametrize("finetune, key", [({"runs": ["sl-rl", "best"]}, "finetune.runs"), ({"runs": []}, "finetune.runs"),
                                             ({"seeds": [0, 0]}, "finetune.seeds"), ({"seeds": 3}, "finetune.seeds"),
-                                            ({"seed": 1}, "finetune.seed"), ({"lr": "fast"}, "finetune.lr")])
+                                            ({"seed": 1}, "finetune.seed"), ({"lr": "fast"}, "finetune.lr"),
+                                            ({"backend": "kind"}, "finetune.backend")])
 def test_a_bad_finetune_plan_names_the_key(finetune, key):
     from dl2.learn import workflow
 

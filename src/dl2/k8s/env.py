@@ -19,7 +19,8 @@ from dl2.k8s.backend import KubeCluster
 from dl2.k8s.client import Kube
 from dl2.k8s.jobs import job_name, submit_trace
 from dl2.k8s.resources import CLOCK, JOB_LABEL, configmap_path, create_nodes, ensure_namespace, jobs_path, pods_path
-from dl2.learn.env import CONTINUE, DONE, TRUNCATED, DecisionEnv, slot_potential
+from dl2.learn.env import CONTINUE, DONE, TRUNCATED, DecisionEnv, choose_trace, slot_potential
+from dl2.learn.workflow import BACKENDS
 from dl2.sim.placement import place_least_loaded
 from dl2.sim.scenario import Scenario
 from dl2.sim.state import NUM_FEATURES
@@ -69,13 +70,7 @@ class KubeDecisionEnv:
 
     def reset(self, seed: int | None = None, trace: Trace | None = None) -> tuple[np.ndarray, dict[str, Any]]:
         """Clear the namespace, submit the next trace as DL2Jobs and run to the first decision."""
-        if seed is not None:
-            self.rng = np.random.default_rng(seed)
-        if trace is None:
-            index = int(self.rng.integers(len(self.traces))) if self.shuffle else self._next_trace % len(self.traces)
-            self._next_trace += 1
-            trace = self.traces[index]
-        self.trace = trace
+        self.trace = trace = choose_trace(self, seed, trace)
         self._clear()
         submit_trace(self.kube, trace, self.scenario.catalog, self.namespace)
         if self._next_decision() != CONTINUE:
@@ -146,9 +141,6 @@ class KubeEnvFactory:
         finally:
             kube.close()
         return KubeDecisionEnv(traces, scenario, window, seed, kubeconfig=self.kubeconfig, namespace=name, pool=name)
-
-
-BACKENDS = ("sim", "k8s")
 
 
 def environment_factory(backend: str, run: str, kubeconfig: str | Path | None = None, where: str = "params.yaml"):

@@ -98,6 +98,18 @@ def slot_potential(jobs: Jobs, table: np.ndarray) -> float:
     return total
 
 
+def choose_trace(env: Any, seed: int | None, trace: Trace | None) -> Trace:
+    """The trace an environment's `reset` runs next: `trace` if given, else a random one of `env.traces`
+    (in turn without `env.shuffle`); a `seed` first reseeds `env.rng`."""
+    if seed is not None:
+        env.rng = np.random.default_rng(seed)
+    if trace is not None:
+        return trace
+    index = int(env.rng.integers(len(env.traces))) if env.shuffle else env._next_trace % len(env.traces)
+    env._next_trace += 1
+    return env.traces[index]
+
+
 class DecisionEnv:
     """One simulated cluster running traces one after another (Gymnasium-style API).
 
@@ -133,13 +145,7 @@ class DecisionEnv:
         return int(self.ctl[SLOT])
 
     def reset(self, seed: int | None = None, trace: Trace | None = None) -> tuple[np.ndarray, dict[str, Any]]:
-        if seed is not None:
-            self.rng = np.random.default_rng(seed)
-        if trace is None:
-            index = int(self.rng.integers(len(self.traces))) if self.shuffle else self._next_trace % len(self.traces)
-            self._next_trace += 1
-            trace = self.traces[index]
-        self.trace = trace
+        self.trace = trace = choose_trace(self, seed, trace)
         self.jobs, self.order = self.scenario.jobs(trace)
         status = env_reset(self.jobs, self.cluster, self.table, self.ctl, self.max_tasks, self.fine_grained,
                            self.assign_bundle, self.max_slots, self.state, self.window_jobs, self.mask)

@@ -87,6 +87,7 @@ class FinetunePlan:
     config: RLConfig
     runs: tuple[str, ...]
     seeds: tuple[int, ...]
+    backend: str = "sim"  # where training runs: the simulator, or the Kubernetes testbed (k8s)
 
     def items(self) -> list[tuple[str, int, RLConfig]]:
         """(run, seed, that run's configuration) for every run and seed."""
@@ -94,7 +95,7 @@ class FinetunePlan:
 
 
 def finetune_config(params: Mapping[str, Any], where: str = "params.yaml") -> RLConfig:
-    section = {k: v for k, v in (params.get("finetune") or {}).items() if k not in ("runs", "seeds")}
+    section = {k: v for k, v in (params.get("finetune") or {}).items() if k not in ("runs", "seeds", "backend")}
     return _typed(RLConfig, section, "finetune", where)
 
 
@@ -110,7 +111,10 @@ def finetune_plan(params: Mapping[str, Any], where: str = "params.yaml") -> Fine
         raise Dl2Error(f"{where}: finetune.seeds: expected a list of distinct non-negative integers, got {seeds!r}")
     if "seed" in section:
         raise Dl2Error(f"{where}: finetune.seed: use finetune.seeds, a list (one run per seed)")
-    return FinetunePlan(finetune_config(params, where), tuple(runs), tuple(seeds))
+    backend = section.get("backend", "sim")
+    if backend not in BACKENDS:
+        raise Dl2Error(f"{where}: finetune.backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
+    return FinetunePlan(finetune_config(params, where), tuple(runs), tuple(seeds), backend)
 
 
 def model_name(run: str, seed: int) -> str:
@@ -135,6 +139,8 @@ def split_traces(settings: LearnSettings, sc: Scenario) -> tuple[list[Trace], li
     return traces[: settings.train_traces], traces[settings.train_traces:]
 
 
+BACKENDS = ("sim", "k8s")
+
 RUNS = {  # name: (speed model the RL trains on, start from the pretrained policy)
     "sl-rl": ("measured", True),
     "rl-only": ("measured", False),
@@ -143,13 +149,16 @@ RUNS = {  # name: (speed model the RL trains on, start from the pretrained polic
 
 
 def finetune_run(name: str, settings: LearnSettings, rl: RLConfig, pretrained: DL2Policy, checkpoint: Path,
-                 params_file: str | None = None, on_row=None) -> tuple[DL2Policy, pd.DataFrame]:
-    """One RL run of `RUNS`, resuming from `checkpoint` when it holds this very run; validation on measured speeds."""
+                 params_file: str | None = None, on_row=None, backend: str = "sim") -> tuple[DL2Policy, pd.DataFrame]:
+    """One RL run of `RUNS`, resuming from `checkpoint` when it holds this very run; training on the simulator
+    or the running Kubernetes testbed (`backend`), validation on the simulator with measured speeds."""
+    from dl2.k8s.env import environment_factory
+
     speed_model, from_pretrained = RUNS[name]
     measured = scenario(settings, params_file)
     world = scenario(settings, params_file, speed_model)
     train, validation = split_traces(settings, measured)
-    tag = repr((name, settings, rl, _weights_digest(pretrained) if from_pretrained else None))
+    tag = repr((name, settings, rl, backend, _weights_digest(pretrained) if from_pretrained else None))
     trainer = None
     if checkpoint.is_file():
         trainer = Trainer.load(checkpoint)
@@ -158,7 +167,8 @@ def finetune_run(name: str, settings: LearnSettings, rl: RLConfig, pretrained: D
     if trainer is None:
         torch.manual_seed(rl.seed)
         start = DL2Policy.load_state(pretrained) if from_pretrained else DL2Policy(network(settings), measured.preset.max_tasks)
-        trainer = Trainer(start, train, validation, world, rl, validation_scenario=measured, tag=tag)
+        trainer = Trainer(start, train, validation, world, rl, validation_scenario=measured, tag=tag,
+                          make_env=environment_factory(backend, name))
     history = trainer.train(checkpoint=checkpoint, on_row=on_row)
     return trainer.policy, history.assign(run=name)
 
