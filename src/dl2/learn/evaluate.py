@@ -84,19 +84,3 @@ def slot_latency(policy: DL2Policy, scenario: Scenario, num_jobs: int | None = N
         times.append(time.perf_counter() - start)
         decisions.append(scheduler.decisions)
     return SlotLatency(float(np.median(times)), float(np.mean(decisions)))
-
-
-def decision_latency(policy: DL2Policy, repeats: int = 200) -> float:
-    """Seconds per single decision (batch of one, as a live scheduler decides), median over `repeats`."""
-    window = policy.config.window
-    rng = np.random.default_rng(0)
-    states = np.zeros((1, window, 6), dtype=np.float32)
-    states[0, :, 0] = rng.integers(1, 9, window)
-    states[0, :, 2] = rng.random(window)
-    masks = np.ones((1, 3 * window + 1), dtype=bool)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        policy.act(states, masks, greedy=False, rng=rng)
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
