@@ -20,6 +20,7 @@ checkpointed, so a killed run resumes and, with the same seed, ends where an uni
 from __future__ import annotations
 
 import pickle
+from collections import deque
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -121,7 +122,7 @@ class Trainer:
         self.baseline = 0.0
         self.history: list[dict] = []
         self.episode_jcts: list[float] = []
-        self.slot_rewards: list[float] = []
+        self.slot_rewards: deque[float] = deque(maxlen=200)  # the latest slots' (unshaped) rewards
         self.pending: list[list[tuple[np.ndarray, np.ndarray, int]]] = [[] for _ in self.envs]
         self.ratios = self.rng.integers(3, 8, len(self.envs))
         for env in self.envs:
@@ -201,9 +202,8 @@ class Trainer:
                 self.decisions += 1
                 discount = slot_discount if info["slot_end"] else 1.0
                 ended = terminated or truncated
-                if self.potential_table is not None and not ended:
-                    reward += discount * env.potential(self.potential_table)
-                out.rewards[t, k], out.discounts[t, k], out.dones[t, k] = reward - before, discount, ended
+                after = env.potential(self.potential_table) if self.potential_table is not None and not ended else 0.0
+                out.rewards[t, k], out.discounts[t, k], out.dones[t, k] = reward + discount * after - before, discount, ended
                 if info["slot_end"]:
                     self.slots_done += 1
                     self.slot_rewards.append(reward)
@@ -228,9 +228,8 @@ class Trainer:
         if c.critic == "off":
             self.baseline = 0.9 * self.baseline + 0.1 * float(returns.mean())
         self.updates += 1
-        recent = self.slot_rewards[-200:]
         self._last = {"policy_loss": stats.policy_loss, "value_loss": stats.value_loss, "entropy": stats.entropy,
-                      "mean_reward": float(np.mean(recent)) if recent else float("nan")}
+                      "mean_reward": float(np.mean(self.slot_rewards)) if self.slot_rewards else float("nan")}
 
     @torch.no_grad()
     def _evaluate(self, states: np.ndarray, masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
