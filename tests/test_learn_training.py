@@ -23,6 +23,7 @@ from dl2.learn.exploration import Explorer
 from dl2.learn.nets import masked_log_probs, net_config
 from dl2.learn.pretrain import PretrainConfig, pretrain, teacher_decisions
 from dl2.learn.rl import RLConfig, Trainer
+from dl2.learn.env import DecisionEnv
 from dl2.learn.rollout import run_policy
 from dl2.schedulers import get_scheduler
 from dl2.sim.run import simulate
@@ -153,7 +154,6 @@ def test_inconsistent_rl_settings_are_refused_naming_the_key(bad, key):
 
 
 def _void_only_jct(trace):
-    from dl2.learn.env import DecisionEnv
 
     env = DecisionEnv([trace], RL_SCENARIO, window=RL_NET.window)
     env.reset(trace=trace)
@@ -333,15 +333,26 @@ def test_a_saved_model_loads_back_and_schedules(preset_name, tmp_path):
         assert result.jct.shape == (len(trace),) and np.isfinite(result.jct).all() and (result.jct > 0).all()
 
 
-@pytest.mark.parametrize("assign_bundle", [False, True])
-def test_the_scheduler_and_the_environment_make_the_same_greedy_decisions(assign_bundle):
+@pytest.mark.parametrize("assign_bundle,network", [(False, "paper"), (True, "paper"), (True, "per-job")])
+def test_the_scheduler_and_the_environment_make_the_same_greedy_decisions(assign_bundle, network):
     scenario = Scenario(tiny_preset(3, 3, 10), SimOptions(assign_bundle=assign_bundle))
     torch.manual_seed(1)
-    policy = DL2Policy(net_config("paper", hidden=(48, 48), window=8), scenario.preset.max_tasks)
+    policy = DL2Policy(net_config(network, hidden=(48, 48), window=8), scenario.preset.max_tasks)
     for trace in _traces(scenario, 2, seed=10):
         via_scheduler = simulate(trace, DL2Scheduler(policy, greedy=True), scenario).jct.mean()
         via_env = run_policy(policy, [trace], scenario, greedy=True).avg_jct[0]
-        assert via_scheduler == via_env
+        assert via_scheduler == via_env == _greedy_jct_through_torch(policy, trace, scenario)
+
+
+def _greedy_jct_through_torch(policy, trace, scenario) -> float:
+    """The reference for the compiled paths: the torch network stepping the environment."""
+    env = DecisionEnv([trace], scenario, policy.config.window)
+    state, info = env.reset(trace=trace)
+    while True:
+        action = policy.act(state[None], info["mask"][None], greedy=True)[0]
+        state, _, terminated, truncated, info = env.step(int(action))
+        if terminated or truncated:
+            return float(np.mean(env.jct()))
 
 
 def test_loading_something_that_is_not_a_model_is_a_dl2_error(tmp_path):
@@ -488,12 +499,13 @@ def test_gae_credits_each_decision_and_stops_at_slot_and_episode_ends():
     np.testing.assert_allclose(advantages(r, lam)[:, 0], expected, rtol=1e-6)
 
 
-@pytest.mark.parametrize("network", ["paper", "code", "per-job"])
-def test_the_live_schedulers_forward_pass_matches_the_network(network):
-    from dl2.learn.agent import NumpyForward, TorchForward
+@pytest.mark.parametrize("network,hidden", [("paper", (40, 24)), ("code", (40, 24)), ("per-job", (40, 24)),
+                                            ("per-job", (16,)), ("per-job", (16, 12, 8)), ("paper", (16, 12, 8))])
+def test_the_live_schedulers_compiled_forward_pass_matches_the_network(network, hidden):
+    from dl2.learn.compiled import FrozenPolicy
 
     torch.manual_seed(4)
-    policy = DL2Policy(net_config(network, window=12, hidden=(40, 24)), 8)
+    policy = DL2Policy(net_config(network, window=12, hidden=hidden), 8)
     with torch.no_grad():  # give batch norm statistics that are not the identity
         for module in policy.net.modules():
             if isinstance(module, torch.nn.BatchNorm1d):
@@ -501,11 +513,15 @@ def test_the_live_schedulers_forward_pass_matches_the_network(network):
                 module.running_var.uniform_(0.5, 2.0)
                 module.weight.uniform_(0.5, 1.5)
                 module.bias.uniform_(-0.2, 0.2)
-    states = _random_states(np.random.default_rng(1), 32, 12, 8)
+    rng = np.random.default_rng(1)
+    states = _random_states(rng, 32, 12, 8)
+    # as within a slot: consecutive states differ in one row, so the row cache is reused
+    for k in range(16, 32):
+        states[k] = states[k - 1]
+        states[k, rng.integers(12), 4:6] = rng.integers(0, 9, 2)
     masks = masks_from_states(states, 8)
     expected = _probs(policy, states)
-    forward = TorchForward(policy) if network == "per-job" else NumpyForward(policy)
-    assert isinstance(DL2Scheduler(policy).forward, type(forward))
+    forward = FrozenPolicy(policy)
     got = np.stack([np.exp(forward.log_probs(s, m)) for s, m in zip(states, masks)])
     np.testing.assert_allclose(got, expected, atol=1e-5)
 

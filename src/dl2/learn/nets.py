@@ -47,7 +47,7 @@ class NetConfig:
 NET_PRESETS = {
     "paper": NetConfig(hidden=(256, 256)),
     "code": NetConfig(hidden=(160, 160), batch_norm=True, one_hot=False),
-    "per-job": NetConfig(hidden=(64, 64), per_job=True),
+    "per-job": NetConfig(hidden=(128, 128), per_job=True),
 }
 
 

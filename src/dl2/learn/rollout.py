@@ -1,4 +1,4 @@
-"""Running a policy over traces in batch: every trace in its own environment, all stepped together."""
+"""Running a policy over traces: each trace to completion in the decision environment, compiled."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Sequence
 import numpy as np
 
 from dl2.learn.agent import DL2Policy
-from dl2.learn.env import DecisionEnv
+from dl2.learn.compiled import FrozenPolicy, run_episode
+from dl2.learn.env import DONE, DecisionEnv
 from dl2.sim.scenario import Scenario
 from dl2.workload.traces import Trace
 
@@ -27,27 +28,18 @@ class RolloutResult:
 
 def run_policy(policy: DL2Policy, traces: Sequence[Trace], scenario: Scenario, greedy: bool = False,
                seed: int = 0) -> RolloutResult:
-    """Each trace once to completion under `policy`; average JCT per trace."""
-    envs = [DecisionEnv([t], scenario, policy.config.window, shuffle=False) for t in traces]
-    for env in envs:
-        env.reset()
-    rng = np.random.default_rng(seed)
+    """Each trace once to completion under `policy` (its most likely action, or sampled with a generator
+    seeded from `seed` and the trace's position); average JCT per trace, inf if it ran out of slots."""
+    frozen = FrozenPolicy(policy).frozen
+    seeds = np.random.SeedSequence(seed).generate_state(max(len(traces), 1)) % (2**31)
     avg_jct = np.full(len(traces), np.nan)
-    live = list(range(len(envs)))
     decisions, start = 0, time.perf_counter()
-    while live:
-        states = np.stack([envs[k].state for k in live])
-        masks = np.stack([envs[k].mask for k in live])
-        actions = policy.act(states, masks, greedy, rng)
-        decisions += len(live)
-        still = []
-        for k, action in zip(live, actions):
-            _, _, terminated, truncated, info = envs[k].step(int(action))
-            if terminated:
-                avg_jct[k] = float(np.mean(info["jct"]))
-            elif truncated:
-                avg_jct[k] = np.inf
-            else:
-                still.append(k)
-        live = still
+    for k, trace in enumerate(traces):
+        env = DecisionEnv([trace], scenario, policy.config.window, shuffle=False)
+        env.trace = trace
+        env.jobs, env.order = scenario.jobs(trace)
+        status, made = run_episode(frozen, env.jobs, env.cluster, env.table, env.ctl, env.fine_grained, env.assign_bundle,
+                                   env.max_slots, greedy, int(seeds[k]), env.state, env.window_jobs, env.mask)
+        decisions += made
+        avg_jct[k] = float(np.mean(env.jct())) if status == DONE else np.inf
     return RolloutResult(avg_jct, decisions, time.perf_counter() - start)
