@@ -285,3 +285,22 @@ def test_same_seeds_same_vecenv_rollout():
     assert _logs_equal(log_a, log_b)
     log_c, finished_c = _vec_rollout(traces, scenario, [1, 2, 4], policy_seed=0)
     assert not _logs_equal(log_a, log_c)
+
+
+def test_the_jobs_shares_of_a_slots_reward_add_up_to_it_and_follow_their_progress():
+    scenario = Scenario(get_preset("paper"), SimOptions(assign_bundle=True))
+    env = DecisionEnv(_traces(scenario, 1, seed=5), scenario, window=10, seed=0)
+    _, info = env.reset()
+    rng = np.random.default_rng(0)
+    slots = 0
+    while slots < 30:
+        progress = env.jobs.progress.copy()
+        _, reward, terminated, truncated, info = env.step(_random_legal(info["mask"], rng))
+        if not info["slot_end"]:
+            continue
+        slots += 1
+        assert env.job_reward.sum() == pytest.approx(reward)
+        if env.slot == slots:  # no slot ran by itself after this one: the shares are what each job trained
+            trained = (env.jobs.progress - progress) / env.jobs.epochs
+            np.testing.assert_allclose(env.job_reward, trained, atol=1e-12)
+        assert not (terminated or truncated)

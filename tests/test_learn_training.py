@@ -11,6 +11,8 @@ import textwrap
 import time
 from pathlib import Path
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -141,13 +143,29 @@ def test_ppo_improves_a_policy_that_mostly_does_nothing():
     assert {"policy_loss", "value_loss", "entropy", "mean_reward"} <= set(history.columns)
 
 
+def test_per_action_rewards_pay_each_decision_its_jobs_share():
+    train, validation = _traces(RL_SCENARIO, 4, seed=0), _traces(RL_SCENARIO, 2, seed=1)
+    config = RLConfig(updates=3, num_envs=2, lr=0.0, batch_size=16, replay="uniform", learn_start=16, exploration="off",
+                      reward="job", validate_every=100, checkpoint_every=100, seed=0)  # lr 0: both runs decide alike
+    trainer = Trainer(_void_loving_policy(seed=0), train, validation, RL_SCENARIO, config)
+    trainer.train()
+    per_job = trainer.replay.rewards[: trainer.replay.size]
+    slot = replace(config, reward="slot")
+    same = Trainer(_void_loving_policy(seed=0), train, validation, RL_SCENARIO, slot)
+    same.train()
+    per_slot = same.replay.rewards[: same.replay.size]
+    # the same decisions, each paid a part of the slot's reward instead of all of it
+    assert len(per_job) == len(per_slot) and (per_job <= per_slot + 1e-9).all() and (per_job < per_slot - 1e-9).any()
+
+
 PPO = dict(algorithm="ppo", exploration="off", replay="off")
 
 
 @pytest.mark.parametrize("bad, key", [({**PPO, "exploration": "code"}, "exploration"), ({**PPO, "replay": "uniform"}, "replay"),
                                       (dict(algorithm="dl2", shaping="env"), "shaping"), (dict(algorithm="a3c"), "algorithm"),
                                       ({**PPO, "shaping": "oracle"}, "shaping"), (dict(lr_schedule="cosine"), "lr_schedule"),
-                                      ({**PPO, "rollout_length": 0}, "rollout_length")])
+                                      ({**PPO, "rollout_length": 0}, "rollout_length"), ({**PPO, "reward": "job"}, "reward"),
+                                      (dict(reward="action"), "reward")])
 def test_inconsistent_rl_settings_are_refused_naming_the_key(bad, key):
     with pytest.raises(Dl2Error, match=key):
         RLConfig(**bad)
@@ -591,3 +609,14 @@ def test_the_per_job_network_is_equivariant_to_the_jobs_order(one_hot):
     assert isinstance(policy_net(config), type(policy.net))
     with pytest.raises(Dl2Error, match="batch norm"):
         net_config("per-job", batch_norm=True)
+
+
+def test_params_read_as_dvc_writes_them_keep_off_a_string(tmp_path):
+    """`dvc exp run -S` rewrites params.yaml as YAML 1.2, where an unquoted `off` is a string, not false."""
+    from dl2.config import load_params
+    from dl2.learn import workflow
+
+    path = tmp_path / "params.yaml"
+    path.write_text("finetune:\n  algorithm: ppo\n  replay: off\n  exploration: off\n  shaping: env\n  lr: 1e-3\n")
+    plan = workflow.finetune_plan(load_params(path))
+    assert plan.config.replay == "off" and plan.config.exploration == "off" and plan.config.lr == 0.001

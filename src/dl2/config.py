@@ -10,7 +10,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
 
 from dl2.errors import Dl2Error
 from dl2.paths import repo_root
@@ -70,15 +71,16 @@ def default_params_path() -> Path:
 
 
 def load_params(path: str | Path | None = None) -> dict[str, Any]:
-    """Read a params file (default: the project's `params.yaml`) as a dict."""
+    """Read a params file (default: the project's `params.yaml`) as a dict, as YAML 1.2 like DVC, which
+    rewrites it for `dvc exp run -S` (so `off` stays the string "off")."""
     path = Path(path) if path is not None else default_params_path()
     if not path.is_file():
         raise Dl2Error(f"{path}: params file not found")
     try:
-        params = yaml.safe_load(path.read_text())
+        params = YAML(typ="safe", pure=True).load(path.read_text())
     except UnicodeDecodeError:
         raise Dl2Error(f"{path}: not a YAML text file") from None
-    except yaml.YAMLError as exc:
+    except YAMLError as exc:
         raise Dl2Error(f"{path}: not valid YAML: {exc}".replace("\n", " ")) from None
     if not isinstance(params, dict):
         raise Dl2Error(f"{path}: expected a mapping of sections at the top level")

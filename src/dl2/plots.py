@@ -117,3 +117,21 @@ def fig10_curves(history: pd.DataFrame, lines: dict[str, float]) -> plt.Figure:
     ax.legend()
     fig.tight_layout()
     return fig
+
+
+def ablation_figure(results: pd.DataFrame, curves: pd.DataFrame, axis: str) -> plt.Figure:
+    """One ablation axis: greedy validation JCT per cell (mean ± sd over seeds, the lower bound dashed), and
+    the cells' learning curves where they have any."""
+    panels = 2 if len(curves) else 1
+    fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 4), squeeze=False)
+    ax = axes[0, 0]
+    sns.barplot(results, x="cell", y="val_jct_greedy", errorbar="sd", hue="cell", legend=False, ax=ax)
+    ax.axhline(results.lower_bound.mean(), color="black", ls="--", lw=1, label="lower bound")
+    ax.set(title=f"Ablation: {axis}", xlabel="", ylabel="average JCT (slots)")
+    ax.legend()
+    ax.tick_params(axis="x", rotation=20)
+    if panels == 2:
+        sns.lineplot(curves, x="update", y="val_jct_greedy", hue="cell", errorbar="sd", marker="o", ax=axes[0, 1])
+        axes[0, 1].set(title="Validation JCT during fine-tuning", xlabel="update", ylabel="average JCT (slots)")
+    fig.tight_layout()
+    return fig

@@ -60,13 +60,14 @@ def flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return flat
 
 
-def create_stage_run(stage: str, params: Mapping[str, Any]) -> str:
-    """A new run for `stage`, tagged with the stage and the git commit, its parameters logged; returns its id."""
+def create_stage_run(stage: str, params: Mapping[str, Any], tags: Mapping[str, str] | None = None) -> str:
+    """A new run for `stage`, tagged with the stage, the git commit and `tags`, its parameters logged; returns its id."""
     client = MlflowClient(tracking_uri())
     run = client.create_run(
         experiment_id(),
-        run_name=stage,
-        tags={"dl2.stage": stage, "mlflow.source.git.commit": git_commit(), "mlflow.source.name": f"notebooks/{stage}.ipynb"},
+        run_name=stage if not tags or "dl2.axis" not in tags else f"{stage}-{tags['dl2.axis']}",
+        tags={"dl2.stage": stage, "mlflow.source.git.commit": git_commit(), "mlflow.source.name": f"notebooks/{stage}.ipynb",
+              **(tags or {})},
     )
     for key, value in flatten(params).items():
         client.log_param(run.info.run_id, key, value)

@@ -269,6 +269,7 @@ def run_episode(f: Frozen, jobs: Jobs, cl: Cluster, table: np.ndarray, ctl: np.n
     if not greedy:
         np.random.seed(seed)
     log_probs = np.empty(mask.shape[0], dtype=np.float32)
+    job_reward = np.zeros(jobs.model.shape[0])
     decisions = 0
     status = env_reset(jobs, cl, table, ctl, f.max_tasks, fine_grained, assign_bundle, max_slots, state, window_jobs, mask)
     while status == CONTINUE or status == SLOT_END:
@@ -276,5 +277,5 @@ def run_episode(f: Frozen, jobs: Jobs, cl: Cluster, table: np.ndarray, ctl: np.n
         action = _choose(log_probs, greedy)
         decisions += 1
         status, _ = env_step(jobs, cl, table, ctl, action, f.max_tasks, fine_grained, assign_bundle, max_slots, state,
-                             window_jobs, mask)
+                             window_jobs, mask, job_reward)
     return status, decisions

@@ -75,8 +75,9 @@ def env_reset(jobs: Jobs, cl: Cluster, table: np.ndarray, ctl: np.ndarray, max_t
 @njit(cache=True)
 def env_step(jobs: Jobs, cl: Cluster, table: np.ndarray, ctl: np.ndarray, action: int, max_tasks: int,
              fine_grained: bool, assign_bundle: bool, max_slots: int, state: np.ndarray, window_jobs: np.ndarray,
-             mask: np.ndarray) -> tuple[int, float]:
-    """Apply one action; returns (status, reward): reward is the slot's when the action ended it, else 0."""
+             mask: np.ndarray, job_reward: np.ndarray) -> tuple[int, float]:
+    """Apply one action; returns (status, reward): reward is the slot's when the action ended it, else 0.
+    A slot that ends leaves each job's share of its reward in `job_reward` (by job index)."""
     window = window_jobs.shape[0]
     if action < 3 * window and mask[action]:
         job = window_jobs[action // 3]
@@ -84,7 +85,17 @@ def env_step(jobs: Jobs, cl: Cluster, table: np.ndarray, ctl: np.ndarray, action
             observe_window(jobs, cl, ctl[SLOT], max_tasks, state, window_jobs)
             if action_mask(jobs, window_jobs, max_tasks, mask) > 0:
                 return CONTINUE, 0.0
+    for i in range(jobs.model.shape[0]):
+        job_reward[i] = _reward_share(jobs, table, i)
     return _finish_slots(jobs, cl, table, ctl, max_tasks, fine_grained, assign_bundle, max_slots, state, window_jobs, mask)
+
+
+@njit(cache=True, inline="always")
+def _reward_share(jobs: Jobs, table: np.ndarray, i: int) -> float:
+    """Job i's part of the slot reward if the slot ended now: epochs it would train / its epochs."""
+    if not jobs.active[i] or jobs.workers[i] == 0 or jobs.ps[i] == 0:
+        return 0.0
+    return min(table[jobs.model[i], jobs.ps[i], jobs.workers[i]], jobs.epochs[i] - jobs.progress[i]) / jobs.epochs[i]
 
 
 @njit(cache=True)
@@ -92,9 +103,7 @@ def slot_potential(jobs: Jobs, table: np.ndarray) -> float:
     """The reward the slot would pay if it ended now, with epochs per slot from `table` (no state changes)."""
     total = 0.0
     for i in range(jobs.model.shape[0]):
-        if jobs.active[i] and jobs.workers[i] > 0 and jobs.ps[i] > 0:
-            epochs = min(table[jobs.model[i], jobs.ps[i], jobs.workers[i]], jobs.epochs[i] - jobs.progress[i])
-            total += epochs / jobs.epochs[i]
+        total += _reward_share(jobs, table, i)
     return total
 
 
@@ -115,7 +124,8 @@ class DecisionEnv:
 
     `reset()` -> (state, info); `step(action)` -> (state, reward, terminated, truncated, info).
     The state is the raw window (window, 6); `info["mask"]` lists the legal actions, `info["slot_end"]`
-    whether the action ended a slot (its reward is the slot's), `info["jct"]` per-job JCTs at the end.
+    whether the action ended a slot (its reward is the slot's, and `job_reward` holds each job's share of
+    it, by job index), `info["jct"]` per-job JCTs at the end.
     """
 
     def __init__(self, traces: Sequence[Trace], scenario: Scenario, window: int = 20, seed: int = 0,
@@ -147,6 +157,7 @@ class DecisionEnv:
     def reset(self, seed: int | None = None, trace: Trace | None = None) -> tuple[np.ndarray, dict[str, Any]]:
         self.trace = trace = choose_trace(self, seed, trace)
         self.jobs, self.order = self.scenario.jobs(trace)
+        self.job_reward = np.zeros(len(trace))
         status = env_reset(self.jobs, self.cluster, self.table, self.ctl, self.max_tasks, self.fine_grained,
                            self.assign_bundle, self.max_slots, self.state, self.window_jobs, self.mask)
         if status != CONTINUE:
@@ -156,7 +167,7 @@ class DecisionEnv:
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         status, reward = env_step(self.jobs, self.cluster, self.table, self.ctl, int(action), self.max_tasks,
                                   self.fine_grained, self.assign_bundle, self.max_slots, self.state,
-                                  self.window_jobs, self.mask)
+                                  self.window_jobs, self.mask, self.job_reward)
         info: dict[str, Any] = {"mask": self.mask, "slot": self.slot, "slot_end": status != CONTINUE}
         if status == DONE:
             info["jct"] = self.jct()

@@ -44,6 +44,7 @@ from dl2.sim.scenario import Scenario
 from dl2.workload.traces import Trace
 
 CRITICS = ("slot", "td", "off")
+REWARDS = ("slot", "job")
 ALGORITHMS = ("dl2", "ppo")
 SHAPING = ("off", "env", "analytical")
 LR_SCHEDULES = ("constant", "linear")
@@ -61,6 +62,7 @@ class RLConfig:
     replay_size: int = 8192
     learn_start: int = 1024  # decisions buffered before the first update
     critic: str = "slot"  # slot (authors' code) | td (paper) | off (moving-average baseline)
+    reward: str = "slot"  # dl2: every decision gets the slot's reward | job: its job's share (void: the mean share)
     gamma: float = 0.9
     exploration: str = "code"  # off | paper | code | epsilon
     epsilon: float = 0.4
@@ -76,13 +78,15 @@ class RLConfig:
 
     def __post_init__(self):
         for key, known in (("algorithm", ALGORITHMS), ("critic", CRITICS), ("shaping", SHAPING),
-                           ("lr_schedule", LR_SCHEDULES)):
+                           ("lr_schedule", LR_SCHEDULES), ("reward", REWARDS)):
             if getattr(self, key) not in known:
                 raise Dl2Error(f"{key}: expected one of {', '.join(known)}, got {getattr(self, key)!r}")
         if self.algorithm == "ppo":
             for key in ("exploration", "replay"):
                 if getattr(self, key) != "off":
                     raise Dl2Error(f"{key}: algorithm ppo learns on-policy, set {key}: off (got {getattr(self, key)!r})")
+            if self.reward != "slot":
+                raise Dl2Error(f"reward: algorithm ppo credits each decision itself, set reward: slot (got {self.reward!r})")
         elif self.shaping != "off":
             raise Dl2Error(f"shaping: only algorithm ppo shapes rewards, set shaping: off (got {self.shaping!r})")
         for key in ("updates", "num_envs", "batch_size", "replay_size", "validate_every", "checkpoint_every",
@@ -123,10 +127,12 @@ class Trainer:
         self.history: list[dict] = []
         self.episode_jcts: list[float] = []
         self.slot_rewards: deque[float] = deque(maxlen=200)  # the latest slots' (unshaped) rewards
-        self.pending: list[list[tuple[np.ndarray, np.ndarray, int]]] = [[] for _ in self.envs]
+        self.pending: list[list[tuple[np.ndarray, np.ndarray, int, int]]] = [[] for _ in self.envs]
         self.ratios = self.rng.integers(3, 8, len(self.envs))
         for env in self.envs:
             env.reset()
+        if config.reward == "job" and not all(hasattr(env, "job_reward") for env in self.envs):
+            raise Dl2Error("finetune.reward: job needs the simulator's environments (backend: sim)")
 
     def train(self, checkpoint: str | Path | None = None, on_row: Callable[[dict], None] | None = None,
               stop_after: int | None = None) -> pd.DataFrame:
@@ -160,13 +166,15 @@ class Trainer:
         for k, env in enumerate(self.envs):
             action = self.explorer.choose(int(actions[k]), states[k], masks[k], probs[k], self.updates, self.rng,
                                           int(self.ratios[k]))
-            self.pending[k].append((states[k].copy(), masks[k].copy(), action))
+            job = int(env.window_jobs[action // 3]) if action < len(masks[k]) - 1 else -1
+            self.pending[k].append((states[k].copy(), masks[k].copy(), action, job))
             _, reward, terminated, truncated, info = env.step(action)
             self.decisions += 1
             if not info["slot_end"]:
                 continue
-            for state, mask, act in self.pending[k]:
-                self.replay.add(state, mask, act, reward, env.state, env.mask, terminated or truncated)
+            for state, mask, act, job in self.pending[k]:
+                paid = reward if self.config.reward == "slot" else _job_reward(env, job)
+                self.replay.add(state, mask, act, paid, env.state, env.mask, terminated or truncated)
             self.pending[k].clear()
             self.ratios[k] = self.rng.integers(3, 8)
             self.slots_done += 1
@@ -324,6 +332,14 @@ class Trainer:
         if not isinstance(trainer, Trainer):
             raise Dl2Error(f"{path}: not a dl2 training checkpoint")
         return trainer
+
+
+def _job_reward(env: DecisionEnv, job: int) -> float:
+    """A decision's per-action reward: its job's share of the slot just ended; void's, the mean share."""
+    if job >= 0:
+        return float(env.job_reward[job])
+    trained = env.job_reward[env.job_reward > 0]
+    return float(trained.mean()) if len(trained) else 0.0
 
 
 def _potential_table(shaping: str, scenario: Scenario) -> np.ndarray | None:

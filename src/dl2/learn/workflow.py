@@ -22,7 +22,7 @@ from dl2.learn.nets import NET_PRESETS, NetConfig, net_config
 from dl2.learn.pretrain import PretrainConfig
 from dl2.learn.rl import RLConfig, Trainer
 from dl2.sim.scenario import Scenario, SimOptions
-from dl2.workload.traces import Trace, generate_trace
+from dl2.workload.traces import ARRIVAL_PATTERNS, Trace, generate_trace
 
 
 @dataclass(frozen=True)
@@ -32,10 +32,12 @@ class LearnSettings:
     network: str = "paper"
     hidden: tuple[int, ...] | None = None
     one_hot: bool | None = None
+    batch_norm: bool | None = None
     assign_bundle: bool = True
     train_traces: int = 40
     validation_traces: int = 10
     seed: int = 7
+    arrivals: str = "ali"  # the arrival pattern of the training and validation traces
 
 
 def _typed(cls, section: Mapping[str, Any] | None, name: str, where: str):
@@ -46,8 +48,8 @@ def _typed(cls, section: Mapping[str, Any] | None, name: str, where: str):
         if key not in known:
             raise Dl2Error(f"{where}: {name}.{key}: unknown key (known: {', '.join(known)})")
         default = known[key].default
-        if key == "one_hot" and value is not None and not isinstance(value, bool):
-            raise Dl2Error(f"{where}: {name}.one_hot: expected true, false or null, got {value!r}")
+        if key in ("one_hot", "batch_norm") and value is not None and not isinstance(value, bool):
+            raise Dl2Error(f"{where}: {name}.{key}: expected true, false or null, got {value!r}")
         if key == "hidden" and value is not None:
             if not isinstance(value, list) or not value or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
                 raise Dl2Error(f"{where}: {name}.hidden: expected a list of positive integers, got {value!r}")
@@ -73,6 +75,8 @@ def learn_settings(params: Mapping[str, Any], where: str = "params.yaml") -> Lea
         raise Dl2Error(f"{where}: learn.network: expected one of {', '.join(NET_PRESETS)}, got {s.network!r}")
     if s.train_traces <= 0 or s.validation_traces <= 0 or s.window <= 0:
         raise Dl2Error(f"{where}: learn: train_traces, validation_traces and window must be positive")
+    if s.arrivals not in ARRIVAL_PATTERNS:
+        raise Dl2Error(f"{where}: learn.arrivals: expected one of {', '.join(ARRIVAL_PATTERNS)}, got {s.arrivals!r}")
     return s
 
 
@@ -123,7 +127,8 @@ def model_name(run: str, seed: int) -> str:
 
 
 def network(settings: LearnSettings) -> NetConfig:
-    return net_config(settings.network, window=settings.window, hidden=settings.hidden, one_hot=settings.one_hot)
+    return net_config(settings.network, window=settings.window, hidden=settings.hidden, one_hot=settings.one_hot,
+                      batch_norm=settings.batch_norm)
 
 
 def scenario(settings: LearnSettings, params_file: str | None = None, speed_model: str = "measured") -> Scenario:
@@ -135,7 +140,7 @@ def scenario(settings: LearnSettings, params_file: str | None = None, speed_mode
 def split_traces(settings: LearnSettings, sc: Scenario) -> tuple[list[Trace], list[Trace]]:
     """(training, validation) traces from `settings.seed`: disjoint seeds, so disjoint traces."""
     seeds = np.random.SeedSequence(settings.seed).spawn(settings.train_traces + settings.validation_traces)
-    traces = [generate_trace(sc.preset, sc.catalog, s) for s in seeds]
+    traces = [generate_trace(sc.preset, sc.catalog, s, arrivals=settings.arrivals) for s in seeds]
     return traces[: settings.train_traces], traces[settings.train_traces:]
 
 

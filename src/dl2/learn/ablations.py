@@ -1,0 +1,246 @@
+"""Ablations: what each part of DL2 is worth, one axis at a time (the `ablate` stages).
+
+`params.yaml`'s `ablations` section holds the axes. A cell of an axis is a set of overrides of the
+`learn`, `pretrain` and `finetune` sections (applied on top of the scale's, `ablations.scales[scale]`,
+and the axis's own `base`), plus the `run` it trains: `sl-rl` (DL2), `rl-only`, `offline-rl` or `sl-only` (the pretrained
+policy alone). Every cell runs once per seed in `ablations.seeds`; the seed drives pretraining and
+fine-tuning alike. Each (cell, seed) writes its result as soon as it ends, so an interrupted axis resumes
+where it stopped, and independent cells run in parallel processes.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, replace
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from dl2.errors import Dl2Error
+from dl2.paths import write_json_atomic
+
+RUNS = ("sl-rl", "rl-only", "offline-rl", "sl-only")
+SECTIONS = ("learn", "pretrain", "finetune")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One cell of an axis: its label, the run it trains, and the full params it trains with."""
+
+    axis: str
+    label: str
+    run: str
+    params: dict  # learn, pretrain, finetune sections after every override
+
+    def digest(self, seed: int) -> str:
+        """Identifies what this cell computes with `seed`: a stored result with another digest is stale."""
+        text = json.dumps({"run": self.run, "params": self.params, "seed": seed}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class AblationPlan:
+    axis: str
+    cells: tuple[Cell, ...]
+    reference: str  # the label of the cell every other is compared with (full DL2)
+    seeds: tuple[int, ...]
+    workers: int
+
+
+def plan(params: Mapping[str, Any], axis: str, where: str = "params.yaml") -> AblationPlan:
+    """The cells of `axis`, each checked as the stages would check it (errors name the cell and key)."""
+    from dl2.learn import workflow
+
+    section = params.get("ablations") or {}
+    axes = section.get("axes") or {}
+    if axis not in axes:
+        raise Dl2Error(f"{where}: ablations.axes: no axis {axis!r} (known: {', '.join(axes) or 'none'})")
+    spec = axes[axis] or {}
+    seeds = section.get("seeds", [0])
+    if not isinstance(seeds, list) or not seeds or any(not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in seeds) \
+            or len(set(seeds)) != len(seeds):
+        raise Dl2Error(f"{where}: ablations.seeds: expected a list of distinct non-negative integers, got {seeds!r}")
+    workers = section.get("workers", 0)
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 0:
+        raise Dl2Error(f"{where}: ablations.workers: expected a non-negative integer (0: one per core), got {workers!r}")
+    cells_spec = spec.get("cells") or {}
+    if not cells_spec:
+        raise Dl2Error(f"{where}: ablations.axes.{axis}.cells: expected at least one cell")
+    scales = section.get("scales") or {}
+    scale = section.get("scale", "reduced")
+    if scale not in scales:
+        raise Dl2Error(f"{where}: ablations.scale: expected one of {', '.join(scales) or 'the keys of ablations.scales'}, got {scale!r}")
+    main = {name: copy.deepcopy(params.get(name) or {}) for name in SECTIONS}
+    base = _merge(main, scales[scale] or {}, f"{where}: ablations.scales.{scale}")
+    base = _merge(base, spec.get("base") or {}, f"{where}: ablations.axes.{axis}.base")
+    cells = []
+    for label, overrides in cells_spec.items():
+        at = f"{where}: ablations.axes.{axis}.cells.{label}"
+        overrides = dict(overrides or {})
+        run = overrides.pop("run", "sl-rl")
+        if run not in RUNS:
+            raise Dl2Error(f"{at}.run: expected one of {', '.join(RUNS)}, got {run!r}")
+        cell_params = _merge(base, overrides, at)
+        workflow.learn_settings(cell_params, at)
+        workflow.pretrain_config(cell_params, at)
+        workflow.finetune_config(cell_params, at)
+        cells.append(Cell(axis, str(label), run, cell_params))
+    reference = str(spec.get("reference", cells[0].label))
+    if reference not in {c.label for c in cells}:
+        raise Dl2Error(f"{where}: ablations.axes.{axis}.reference: {reference!r} is not one of the axis's cells")
+    return AblationPlan(axis, tuple(cells), reference, tuple(seeds), workers or os.cpu_count() or 1)
+
+
+def _merge(base: Mapping[str, Any], overrides: Mapping[str, Any], where: str) -> dict:
+    """`base` with the sections of `overrides` merged in, key by key."""
+    out = copy.deepcopy(dict(base))
+    for name, values in overrides.items():
+        if name not in SECTIONS:
+            raise Dl2Error(f"{where}: {name}: expected one of {', '.join(SECTIONS)} (or run)")
+        if not isinstance(values, Mapping):
+            raise Dl2Error(f"{where}.{name}: expected a mapping of {name} keys")
+        out[name] = {**out.get(name, {}), **copy.deepcopy(dict(values))}
+    return out
+
+
+def run_cell(cell: Cell, seed: int, params_file: str | None, out_dir: Path) -> dict:
+    """Train `cell` with `seed` (resuming its checkpoint), evaluate it on the validation traces, and store
+    the result as `<out_dir>/<label>-s<seed>.json`; a stored result for the same digest is returned as is."""
+    import torch
+
+    from dl2.learn import workflow
+    from dl2.learn.agent import DL2Policy
+    from dl2.learn.pretrain import pretrain
+    from dl2.learn.rl import Trainer
+    from dl2.learn.rollout import run_policy
+    from dl2.metrics import lower_bound_jct
+
+    path = out_dir / f"{cell.label}-s{seed}.json"
+    digest = cell.digest(seed)
+    if path.is_file():
+        stored = json.loads(path.read_text())
+        if stored.get("digest") == digest:
+            return stored
+    torch.set_num_threads(1)
+    settings = workflow.learn_settings(cell.params)
+    measured = workflow.scenario(settings, params_file)
+    train, validation = workflow.split_traces(settings, measured)
+    checkpoint = out_dir / f"{cell.label}-s{seed}.ckpt"
+    trainer = Trainer.load(checkpoint) if checkpoint.is_file() else None
+    if trainer is None or trainer.tag != digest:
+        if cell.run == "rl-only":
+            torch.manual_seed(seed)
+            policy = DL2Policy(workflow.network(settings), measured.preset.max_tasks)
+        else:
+            policy, _ = pretrain(train, validation, measured, workflow.network(settings),
+                                 replace(workflow.pretrain_config(cell.params), seed=seed))
+        trainer = None
+        if cell.run != "sl-only":
+            world = workflow.scenario(settings, params_file, "analytical" if cell.run == "offline-rl" else "measured")
+            trainer = Trainer(policy, train, validation, world, replace(workflow.finetune_config(cell.params), seed=seed),
+                              validation_scenario=measured, tag=digest)
+    history = pd.DataFrame()
+    if trainer is not None:
+        history = trainer.train(checkpoint=checkpoint)
+        policy = trainer.policy
+    greedy = run_policy(policy, validation, measured, greedy=True).avg_jct
+    sampled = run_policy(policy, validation, measured, greedy=False, seed=seed).avg_jct
+    bound = np.array([lower_bound_jct(t, measured).mean() for t in validation])
+    result = {"axis": cell.axis, "cell": cell.label, "run": cell.run, "seed": seed, "digest": digest,
+              "val_jct_greedy": float(np.mean(greedy)), "val_jct_sampled": float(np.mean(sampled)),
+              "lower_bound": float(np.mean(bound)), "history": history.to_dict(orient="list")}
+    write_json_atomic(path, result)
+    checkpoint.unlink(missing_ok=True)
+    return result
+
+
+def run_axis(ablation: AblationPlan, params_file: str | None, out_dir: str | Path, progress: bool = True) -> list[dict]:
+    """Every (cell, seed) of the plan, `ablation.workers` at a time in separate processes."""
+    from tqdm.auto import tqdm
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    jobs = [(cell, seed) for cell in ablation.cells for seed in ablation.seeds]
+    bar = tqdm(total=len(jobs), desc=f"ablation {ablation.axis}", disable=not progress)
+    results = []
+    if min(ablation.workers, len(jobs)) == 1:  # in this process: no interpreter to start
+        for cell, seed in jobs:
+            results.append(run_cell(cell, seed, params_file, out_dir))
+            bar.update()
+    else:
+        with ProcessPoolExecutor(max_workers=min(ablation.workers, len(jobs)), mp_context=get_context("spawn")) as pool:
+            futures = [pool.submit(run_cell, cell, seed, params_file, out_dir) for cell, seed in jobs]
+            for future in as_completed(futures):
+                results.append(future.result())
+                bar.update()
+    bar.close()
+    order = {(c.label, s): k for k, (c, s) in enumerate(jobs)}
+    return sorted(results, key=lambda r: order[(r["cell"], r["seed"])])
+
+
+def results_table(results: list[dict]) -> pd.DataFrame:
+    """One row per (cell, seed): validation JCT (greedy, sampled) and the lower bound."""
+    keys = ("axis", "cell", "run", "seed", "val_jct_greedy", "val_jct_sampled", "lower_bound")
+    return pd.DataFrame([{k: r[k] for k in keys} for r in results])
+
+
+def summary(results: pd.DataFrame, reference: str) -> pd.DataFrame:
+    """Per cell: mean, spread (sd, min, max over seeds) of the greedy validation JCT, its ratio to the
+    bound, and how much worse than the reference cell it is (`vs_reference`: 0.2 = 20% worse)."""
+    table = results.groupby("cell", sort=False).agg(
+        jct=("val_jct_greedy", "mean"), sd=("val_jct_greedy", "std"), min=("val_jct_greedy", "min"),
+        max=("val_jct_greedy", "max"), jct_sampled=("val_jct_sampled", "mean"), seeds=("seed", "size"),
+        bound=("lower_bound", "mean")).reset_index()
+    table["sd"] = table["sd"].fillna(0.0)
+    table["ratio_to_bound"] = table.jct / table.bound
+    table["vs_reference"] = table.jct / float(table.set_index("cell").loc[reference, "jct"]) - 1.0
+    return table
+
+
+def curves(results: list[dict]) -> pd.DataFrame:
+    """The learning curves: validation JCT against update, per cell and seed."""
+    frames = [pd.DataFrame(r["history"]).assign(cell=r["cell"], seed=r["seed"]) for r in results if r["history"]]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["cell", "seed", "update", "val_jct_greedy"])
+
+
+def convergence(curve_frame: pd.DataFrame, within: float = 0.05) -> pd.DataFrame:
+    """Per cell and seed: the first update whose greedy validation JCT is within `within` of the run's
+    best (how fast it converges), and the decisions taken by then."""
+    rows = []
+    for (cell, seed), run in curve_frame.groupby(["cell", "seed"], sort=False):
+        reached = run[run.val_jct_greedy <= (1 + within) * run.val_jct_greedy.min()].iloc[0]
+        rows.append({"cell": cell, "seed": seed, "update": int(reached["update"]), "decisions": int(reached["decisions"])})
+    return pd.DataFrame(rows, columns=["cell", "seed", "update", "decisions"])
+
+
+def log_cells(ablation: AblationPlan, table: pd.DataFrame, curve_frame: pd.DataFrame, parent_run_id: str | None) -> None:
+    """One MLflow run per cell, tagged with the axis and the cell (nested under the stage's run): the
+    cell's parameters, its summary row, and each seed's learning curve."""
+    from mlflow.tracking import MlflowClient
+
+    from dl2 import tracking
+
+    client = MlflowClient(tracking.tracking_uri())
+    experiment = tracking.experiment_id()
+    rows = table.set_index("cell")
+    for cell in ablation.cells:
+        tags = {"dl2.stage": "ablate", "dl2.axis": ablation.axis, "dl2.cell": cell.label,
+                "dl2.reference": str(cell.label == ablation.reference).lower()}
+        if parent_run_id:
+            tags["mlflow.parentRunId"] = parent_run_id
+        run_id = client.create_run(experiment, run_name=f"{ablation.axis}={cell.label}", tags=tags).info.run_id
+        for key, value in tracking.flatten({"run": cell.run, **cell.params}).items():
+            client.log_param(run_id, key, value)
+        for key in ("jct", "sd", "min", "max", "jct_sampled", "ratio_to_bound", "vs_reference"):
+            client.log_metric(run_id, key, float(rows.loc[cell.label, key]))
+        mine = curve_frame[curve_frame.cell == cell.label]
+        for (seed, update), row in mine.set_index(["seed", "update"]).iterrows():
+            client.log_metric(run_id, f"val_jct_greedy.s{seed}", float(row["val_jct_greedy"]), step=int(update))
+        client.set_terminated(run_id, "FINISHED")

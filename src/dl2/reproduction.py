@@ -1,0 +1,113 @@
+"""The reproduction report: every paper claim we measure, beside ours, marked reproduced or not.
+
+A claim is a relative number: "DL2 is 44.1% better than DRF", "without replay 39.6% worse". Ours is the
+same ratio from the pipeline's outputs. Status: `reproduced` when ours is at least the paper's minus
+`TOLERANCE` (an absolute 5 points of gain), `direction only` when it has the paper's sign but falls
+short, `not reproduced` otherwise, and `not run` when the ablation is missing.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+TOLERANCE = 0.05
+
+TABLE2 = {  # paper key: (ablation axis, the cell without the part)
+    "per_action_reward": ("reward", "job"),
+    "no_critic": ("critic", "off"),
+    "no_job_aware_exploration": ("exploration", "off"),
+    "no_experience_replay": ("replay", "off"),
+}
+
+
+def status(paper: float, ours: float) -> str:
+    """How ours compares with the paper's gain (both positive when the paper's direction holds)."""
+    if not np.isfinite(ours):
+        return "not run"
+    if ours >= paper - TOLERANCE:
+        return "reproduced"
+    return "direction only" if ours * paper > 0 else "not reproduced"
+
+
+def fig9_claims(summary: pd.DataFrame, paper: Mapping[str, float], dl2: str = "dl2") -> list[dict]:
+    """Fig. 9: DL2's gain over DRF, Optimus and OfflineRL (`summary`: `evaluate.summary_table`'s)."""
+    jct = summary.set_index("policy").avg_jct
+    optimus_paper = (paper["optimus_low"] + paper["optimus_high"]) / 2
+    rows = []
+    for name, key, paper_value in (("DRF", "drf", paper["drf"]), ("Optimus", "optimus", optimus_paper),
+                                   ("OfflineRL", "offline-rl", paper["offline_rl"])):
+        claimed = 1 - paper["dl2"] / paper_value
+        ours = 1 - jct[dl2] / jct[key] if key in jct and dl2 in jct else float("nan")
+        rows.append({"source": "Fig. 9", "claim": f"DL2's average JCT below {name}'s", "paper": claimed, "ours": ours,
+                     "status": status(claimed, ours)})
+    return rows
+
+
+def table2_claims(ablations: Mapping[str, pd.DataFrame], paper: Mapping[str, float]) -> list[dict]:
+    """Table 2: how much worse DL2 gets without each part (`ablations`: axis -> `ablations.summary`)."""
+    rows = []
+    for key, (axis, cell) in TABLE2.items():
+        table = ablations.get(axis)
+        ours = float(table.set_index("cell").loc[cell, "vs_reference"]) if table is not None and cell in set(table.cell) else float("nan")
+        rows.append({"source": "Table 2", "claim": f"{key.replace('_', ' ')}: worse than DL2 by", "paper": paper[key],
+                     "ours": ours, "status": status(paper[key], ours)})
+    return rows
+
+
+def cluster_claims(convergence: pd.DataFrame | None) -> list[dict]:
+    """§ parallel training: x clusters converge about x times faster (in updates to within 5% of the best)."""
+    if convergence is None or convergence.empty:
+        return []
+    updates = convergence.groupby("cell").update.mean()
+    if "1" not in updates:
+        return []
+    rows = []
+    for cell, value in updates.items():
+        if cell == "1":
+            continue
+        clusters = int(cell)
+        speedup = updates["1"] / max(value, 1)
+        rows.append({"source": "parallel clusters", "claim": f"{clusters} clusters converge faster than 1, by (x)",
+                     "paper": float(clusters), "ours": float(speedup),
+                     "status": "reproduced" if speedup >= (1 - TOLERANCE) * clusters else
+                     ("direction only" if speedup > 1 else "not reproduced")})
+    return rows
+
+
+def figure_html(fig: plt.Figure, dpi: int = 120) -> str:
+    """A figure as an inline PNG <img> (the report is one self-contained file)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+    plt.close(fig)
+    data = base64.b64encode(buffer.getvalue()).decode()
+    return f'<img src="data:image/png;base64,{data}" style="max-width:100%">'
+
+
+def html_report(title: str, sections: Sequence[tuple[str, Sequence[str]]]) -> str:
+    """A standalone HTML page: per section a heading and its blocks (HTML: tables, figures, paragraphs)."""
+    style = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
+             "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}"
+             "th{background:#f3f3f3}h2{margin-top:2em;border-bottom:1px solid #ddd}")
+    body = [f"<h1>{html.escape(title)}</h1>"]
+    for heading, blocks in sections:
+        body.append(f"<h2>{html.escape(heading)}</h2>")
+        body.extend(blocks)
+    return f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title><style>{style}</style></head>" \
+           f"<body>{''.join(body)}</body></html>\n"
+
+
+def paragraph(text: str) -> str:
+    return f"<p>{html.escape(text)}</p>"
+
+
+def read_ablations(directory: Path) -> dict[str, pd.DataFrame]:
+    """axis -> its summary table, for every ablation axis that has run."""
+    return {path.parent.name: pd.read_csv(path, dtype={"cell": str}) for path in sorted(directory.glob("*/summary.csv"))}
