@@ -35,7 +35,7 @@ def run_by_hand(policy: str, arrivals, epochs, table_fn, num_nodes: int = 2, max
                      np.tile(worker, (n, 1)), np.tile(ps, (n, 1)))
     cluster = make_cluster(num_nodes, 8, 8)
     stats = np.empty((1000, engine.NUM_STATS))
-    slots = engine.run_builtin(POLICY_IDS[policy], jobs, cluster, make_recorder(0, 1), table, max_tasks,
+    slots = engine.run_builtin(POLICY_IDS[policy], jobs, cluster, make_recorder(0, 1), table, table, max_tasks,
                                fine_grained, False, stats)
     assert slots > 0
     return jobs.end - jobs.arrival + 1

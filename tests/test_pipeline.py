@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import mlflow
+import pandas as pd
 import pytest
 import yaml
 from mlflow.tracking import MlflowClient
@@ -73,9 +74,15 @@ def test_dvc_repro_runs_once_then_only_what_a_parameter_touches(tmp_path, monkey
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
 
     first = _dvc(copy, "repro")
+    groups = list(yaml.safe_load((copy / "params.yaml").read_text())["ablations"]["groups"])
     for stage in STAGES:
-        assert f"Running stage '{stage}'" in first
-        assert (copy / "data" / "executed" / f"{stage}.ipynb").is_file()
+        if stage == "ablate":
+            for group in groups:
+                assert f"Running stage 'ablate@{group}'" in first
+                assert (copy / "data" / "executed" / f"ablate-{group}.ipynb").is_file()
+        else:
+            assert f"Running stage '{stage}'" in first
+            assert (copy / "data" / "executed" / f"{stage}.ipynb").is_file()
     assert len(list((copy / "data" / "traces" / "paper").glob("trace_*.csv"))) == 2
     for figure in ("avg_jct", "bound_ratio", "jct_cdf", "utilization"):
         assert (copy / "data" / "report" / f"{figure}.png").stat().st_size > 1000
@@ -83,8 +90,10 @@ def test_dvc_repro_runs_once_then_only_what_a_parameter_touches(tmp_path, monkey
 
     # one MLflow run per stage, in the SQLite store at the project root
     store = MlflowClient(f"sqlite:///{copy / 'mlflow.db'}")
-    runs = store.search_runs([store.get_experiment_by_name("dl2").experiment_id])
-    assert sorted(r.data.tags["dl2.stage"] for r in runs) == sorted(STAGES)
+    every_run = store.search_runs([store.get_experiment_by_name("dl2").experiment_id])
+    runs = [r for r in every_run if "dl2.cell" not in r.data.tags]
+    expected = [s for s in STAGES if s != "ablate"] + ["ablate"] * len(groups)
+    assert sorted(r.data.tags["dl2.stage"] for r in runs) == sorted(expected)
     for run in runs:
         assert run.info.status == "FINISHED"
         assert run.data.tags["mlflow.source.git.commit"]
@@ -94,6 +103,22 @@ def test_dvc_repro_runs_once_then_only_what_a_parameter_touches(tmp_path, monkey
     assert baselines.data.metrics["paper.drf.avg_jct"] > baselines.data.metrics["paper.optimus.avg_jct"]
     report = next(r for r in runs if r.data.tags["dl2.stage"] == "report")
     assert {"avg_jct.png", "utilization.png"} <= {Path(a.path).name for a in store.list_artifacts(report.info.run_id, "figures")}
+
+    # the reduced ablation suite: one MLflow run per cell, nested under its group's stage run
+    params = yaml.safe_load((copy / "params.yaml").read_text())["ablations"]
+    cells = [r for r in every_run if "dl2.cell" in r.data.tags]
+    for group, axes in params["groups"].items():
+        stage_run = next(r for r in runs if r.data.tags.get("dl2.group") == group)
+        for axis in axes:
+            mine = {r.data.tags["dl2.cell"] for r in cells if r.data.tags["dl2.axis"] == axis}
+            assert mine == set(params["axes"][axis]["cells"]), axis
+            assert all(r.data.tags["mlflow.parentRunId"] == stage_run.info.run_id for r in cells if r.data.tags["dl2.axis"] == axis)
+            summary = pd.read_csv(copy / "data" / "ablations" / group / axis / "summary.csv", dtype={"cell": str})
+            assert list(summary.cell) == list(params["axes"][axis]["cells"]) and (summary.jct > 0).all()
+    claims = pd.read_csv(copy / "data" / "reproduction" / "claims.csv")
+    assert {"Fig. 9", "Table 2"} <= set(claims.source) and set(claims.status) <= {"reproduced", "direction only", "not reproduced"}
+    report_html = (copy / "data" / "reproduction" / "report.html").read_text()
+    assert report_html.startswith("<!DOCTYPE html>") and "data:image/png;base64," in report_html
 
     second = _dvc(copy, "repro")
     assert "Running stage" not in second

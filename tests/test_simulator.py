@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from dl2.config import get_preset
+from dl2.errors import Dl2Error
 from dl2.metrics import lower_bound_jct, summarize
 from dl2.schedulers import BuiltinScheduler, policy_names
 from dl2.sim.run import simulate
@@ -74,3 +75,21 @@ def test_recorded_decisions_describe_the_allocations(paper):
         # the first decision of a slot sees jobs with no tasks yet
         first = np.r_[True, d.slots[1:] != d.slots[:-1]]
         assert (d.states[first][:, :, 4:] == 0).all()
+
+
+def test_speed_noise_changes_what_jobs_train_at_but_not_what_schedulers_know():
+    preset = get_preset("paper")
+    exact, noisy = Scenario(preset), Scenario(preset, SimOptions(speed_noise=0.2, noise_seed=3))
+    np.testing.assert_array_equal(noisy.table, exact.table)
+    assert noisy.true_table is not noisy.table and exact.true_table is exact.table
+    ratio = noisy.true_table[exact.table > 0] / exact.table[exact.table > 0]
+    assert ratio.min() >= 0.8 and ratio.max() <= 1.2 and ratio.std() > 0.05
+    np.testing.assert_array_equal(Scenario(preset, SimOptions(speed_noise=0.2, noise_seed=3)).true_table, noisy.true_table)
+    trace = generate_trace(preset, exact.catalog, 0)
+    # both paths (compiled, and stepwise around a Python scheduler) plan with the known speeds (Optimus
+    # reads them) and train at the true ones
+    builtin, stepwise = simulate(trace, "optimus", noisy), simulate(trace, _Wrapped(BuiltinScheduler("optimus")), noisy)
+    np.testing.assert_array_equal(builtin.end, stepwise.end)
+    assert not np.array_equal(builtin.end, simulate(trace, "optimus", exact).end)
+    with pytest.raises(Dl2Error, match="speed_noise"):
+        SimOptions(speed_noise=1.5)

@@ -84,7 +84,7 @@ def cmd_compare(args: argparse.Namespace) -> None:
 def cmd_stage(args: argparse.Namespace) -> None:
     from dl2.stages import run_stage
 
-    print(run_stage(args.stage, args.params, args.data_dir, axis=args.axis))
+    print(run_stage(args.stage, args.params, args.data_dir, group=args.group))
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
@@ -133,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     stage = sub.add_parser("stage", help="run one pipeline stage's notebook (what dvc repro calls)")
     stage.add_argument("stage", help="traces | baselines | report | pretrain | finetune | evaluate | ablate | reproduction")
-    stage.add_argument("--axis", default=None, help="the ablation axis of an ablate stage (params.yaml ablations.axes)")
+    stage.add_argument("--group", default=None, help="the group of ablation axes an ablate stage runs (params.yaml ablations.groups)")
     stage.add_argument("--params", type=Path, default=None)
     stage.add_argument("--data-dir", type=Path, default=None)
     stage.set_defaults(func=cmd_stage)

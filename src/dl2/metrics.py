@@ -79,7 +79,7 @@ def lower_bound_jct(trace: Trace, scenario: Scenario) -> np.ndarray:
 @lru_cache(maxsize=16)
 def _best_epochs_per_slot(scenario: Scenario) -> np.ndarray:
     """Per model, the fastest epochs per slot over the #PS and #workers that fit on the empty cluster."""
-    p, c, table = scenario.preset, scenario.catalog, scenario.table
+    p, c, table = scenario.preset, scenario.catalog, scenario.true_table
     best = np.zeros(c.num_models)
     for m in range(c.num_models):
         speeds = table[m, 1 : p.max_tasks + 1, 1 : p.max_tasks + 1]

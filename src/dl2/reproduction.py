@@ -52,7 +52,7 @@ def fig9_claims(summary: pd.DataFrame, paper: Mapping[str, float], dl2: str = "d
 
 
 def table2_claims(ablations: Mapping[str, pd.DataFrame], paper: Mapping[str, float]) -> list[dict]:
-    """Table 2: how much worse DL2 gets without each part (`ablations`: axis -> `ablations.summary`)."""
+    """Table 2: how much worse DL2 gets without each part (`ablations`: axis -> its `ablations.summary`)."""
     rows = []
     for key, (axis, cell) in TABLE2.items():
         table = ablations.get(axis)
@@ -108,6 +108,6 @@ def paragraph(text: str) -> str:
     return f"<p>{html.escape(text)}</p>"
 
 
-def read_ablations(directory: Path) -> dict[str, pd.DataFrame]:
-    """axis -> its summary table, for every ablation axis that has run."""
-    return {path.parent.name: pd.read_csv(path, dtype={"cell": str}) for path in sorted(directory.glob("*/summary.csv"))}
+def read_ablations(directory: Path) -> dict[str, Path]:
+    """axis -> its folder (`<directory>/<group>/<axis>`), for every ablation axis that has run."""
+    return {path.parent.name: path.parent for path in sorted(directory.glob("*/*/summary.csv"))}

@@ -22,20 +22,21 @@ STAGES = ("traces", "baselines", "report", "pretrain", "finetune", "evaluate", "
 LEARN_STAGES = ("pretrain", "finetune", "evaluate", "ablate", "reproduction")
 
 
-def stage_parameters(stage: str, params: dict[str, Any], where: str, axis: str | None = None) -> dict[str, Any]:
+def stage_parameters(stage: str, params: dict[str, Any], where: str, group: str | None = None) -> dict[str, Any]:
     """The notebook parameters of `stage`, checked: its params.yaml section (and what it reads of others);
-    `axis` names the ablation axis of an `ablate` stage."""
+    `group` names the group of ablation axes an `ablate` stage runs."""
     if stage not in STAGES:
         raise Dl2Error(f"unknown stage {stage!r} (known: {', '.join(STAGES)})")
-    if (stage == "ablate") != (axis is not None):
-        raise Dl2Error("an ablate stage needs --axis (and only an ablate stage takes one)")
+    if (stage == "ablate") != (group is not None):
+        raise Dl2Error("an ablate stage needs --group (and only an ablate stage takes one)")
     if stage in LEARN_STAGES:
         parameters = _learn_parameters(stage, params, where)
         if stage == "ablate":
-            from dl2.learn.ablations import plan
+            from dl2.learn.ablations import group_axes, plan
 
-            plan(params, axis, where)
-            parameters.update(axis=axis, ablations=params.get("ablations") or {})
+            for axis in group_axes(params, group, where):
+                plan(params, axis, where)
+            parameters.update(group=group, ablations=params.get("ablations") or {})
         if stage == "reproduction":
             parameters.update(ablations=params.get("ablations") or {}, report=params.get("report") or {})
         return parameters
@@ -73,22 +74,23 @@ def _learn_parameters(stage: str, params: dict[str, Any], where: str) -> dict[st
 
 
 def run_stage(stage: str, params_file: str | Path | None = None, data_dir: str | Path | None = None,
-              executed: str | Path | None = None, progress: bool = True, axis: str | None = None) -> Path:
+              executed: str | Path | None = None, progress: bool = True, group: str | None = None) -> Path:
     """Execute `notebooks/<stage>.ipynb` with its parameters; returns the executed notebook's path."""
     root = repo_root()
     params_file = Path(params_file or root / "params.yaml").resolve()
     params = load_params(params_file)
-    parameters = stage_parameters(stage, params, str(params_file), axis)
+    parameters = stage_parameters(stage, params, str(params_file), group)
     data_dir = Path(data_dir or root / "data").resolve()
-    executed = Path(executed or data_dir / "executed" / (f"ablate-{axis}.ipynb" if axis else f"{stage}.ipynb")).resolve()
+    executed = Path(executed or data_dir / "executed" / (f"ablate-{group}.ipynb" if group else f"{stage}.ipynb")).resolve()
     parameters.update(params_file=str(params_file), data_dir=str(data_dir))
     reads = ("learn", "pretrain", "finetune") if stage in LEARN_STAGES else ("traces",)
     sections = ("ablations",) if stage in ("ablate", "reproduction") else ()
     logged = {section: params[section] for section in params if section in (stage, "presets", *reads, *sections)}
-    if axis:
-        logged["ablations"] = {**{k: v for k, v in params["ablations"].items() if k != "axes"}, "axis": axis,
-                               "cells": params["ablations"]["axes"][axis]}
-    run_id = create_stage_run(stage, logged, {"dl2.axis": axis} if axis else None)
+    if group:
+        section = params["ablations"]
+        logged["ablations"] = {"scale": section.get("scale"), "seeds": section.get("seeds"), "group": group,
+                               "axes": {a: section["axes"][a] for a in section["groups"][group]}}
+    run_id = create_stage_run(stage, logged, {"dl2.group": group} if group else None)
     parameters["run_id"] = run_id
     client = MlflowClient(tracking_uri())
     status = "FAILED"

@@ -65,7 +65,7 @@ def create_stage_run(stage: str, params: Mapping[str, Any], tags: Mapping[str, s
     client = MlflowClient(tracking_uri())
     run = client.create_run(
         experiment_id(),
-        run_name=stage if not tags or "dl2.axis" not in tags else f"{stage}-{tags['dl2.axis']}",
+        run_name=stage if not tags or "dl2.group" not in tags else f"{stage}-{tags['dl2.group']}",
         tags={"dl2.stage": stage, "mlflow.source.git.commit": git_commit(), "mlflow.source.name": f"notebooks/{stage}.ipynb",
               **(tags or {})},
     )

@@ -58,7 +58,7 @@ class KubeCluster:
         self.kube, self.scenario, self.namespace, self.pool = kube, scenario, namespace, pool
         self.table = scenario.table
         self.catalog = scenario.catalog
-        self.emulator = ProgressEmulator(kube, namespace, self.table, scenario.options.fine_grained_jct)
+        self.emulator = ProgressEmulator(kube, namespace, scenario.true_table, scenario.options.fine_grained_jct)
         self.stats: list[np.ndarray] = []
         self._view: dict | None = None
 

@@ -1,6 +1,6 @@
-"""Ablations: what each part of DL2 is worth, one axis at a time (the `ablate` stages).
+"""Ablations: what each part of DL2 is worth, one axis at a time (the `ablate` stages, one per group of axes).
 
-`params.yaml`'s `ablations` section holds the axes. A cell of an axis is a set of overrides of the
+`params.yaml`'s `ablations` section holds the axes and their groups. A cell of an axis is a set of overrides of the
 `learn`, `pretrain` and `finetune` sections (applied on top of the scale's, `ablations.scales[scale]`,
 and the axis's own `base`), plus the `run` it trains: `sl-rl` (DL2), `rl-only`, `offline-rl` or `sl-only` (the pretrained
 policy alone). Every cell runs once per seed in `ablations.seeds`; the seed drives pretraining and
@@ -52,6 +52,18 @@ class AblationPlan:
     reference: str  # the label of the cell every other is compared with (full DL2)
     seeds: tuple[int, ...]
     workers: int
+
+
+def group_axes(params: Mapping[str, Any], group: str, where: str = "params.yaml") -> list[str]:
+    """The axes one `ablate` stage runs (`ablations.groups[group]`), each a key of `ablations.axes`."""
+    section = params.get("ablations") or {}
+    groups = section.get("groups") or {}
+    if group not in groups:
+        raise Dl2Error(f"{where}: ablations.groups: no group {group!r} (known: {', '.join(groups) or 'none'})")
+    axes = groups[group]
+    if not isinstance(axes, list) or not axes or any(a not in (section.get("axes") or {}) for a in axes):
+        raise Dl2Error(f"{where}: ablations.groups.{group}: expected a list of axes of ablations.axes, got {axes!r}")
+    return list(axes)
 
 
 def plan(params: Mapping[str, Any], axis: str, where: str = "params.yaml") -> AblationPlan:
@@ -121,6 +133,7 @@ def run_cell(cell: Cell, seed: int, params_file: str | None, out_dir: Path) -> d
     from dl2.learn.rl import Trainer
     from dl2.learn.rollout import run_policy
     from dl2.metrics import lower_bound_jct
+    from dl2.sim.run import simulate
 
     path = out_dir / f"{cell.label}-s{seed}.json"
     digest = cell.digest(seed)
@@ -153,9 +166,10 @@ def run_cell(cell: Cell, seed: int, params_file: str | None, out_dir: Path) -> d
     greedy = run_policy(policy, validation, measured, greedy=True).avg_jct
     sampled = run_policy(policy, validation, measured, greedy=False, seed=seed).avg_jct
     bound = np.array([lower_bound_jct(t, measured).mean() for t in validation])
+    optimus = np.array([simulate(t, "optimus", measured).jct.mean() for t in validation])
     result = {"axis": cell.axis, "cell": cell.label, "run": cell.run, "seed": seed, "digest": digest,
               "val_jct_greedy": float(np.mean(greedy)), "val_jct_sampled": float(np.mean(sampled)),
-              "lower_bound": float(np.mean(bound)), "history": history.to_dict(orient="list")}
+              "lower_bound": float(np.mean(bound)), "optimus": float(np.mean(optimus)), "history": history.to_dict(orient="list")}
     write_json_atomic(path, result)
     checkpoint.unlink(missing_ok=True)
     return result
@@ -187,20 +201,22 @@ def run_axis(ablation: AblationPlan, params_file: str | None, out_dir: str | Pat
 
 def results_table(results: list[dict]) -> pd.DataFrame:
     """One row per (cell, seed): validation JCT (greedy, sampled) and the lower bound."""
-    keys = ("axis", "cell", "run", "seed", "val_jct_greedy", "val_jct_sampled", "lower_bound")
+    keys = ("axis", "cell", "run", "seed", "val_jct_greedy", "val_jct_sampled", "lower_bound", "optimus")
     return pd.DataFrame([{k: r[k] for k in keys} for r in results])
 
 
 def summary(results: pd.DataFrame, reference: str) -> pd.DataFrame:
     """Per cell: mean, spread (sd, min, max over seeds) of the greedy validation JCT, its ratio to the
-    bound, and how much worse than the reference cell it is (`vs_reference`: 0.2 = 20% worse)."""
+    bound, how much worse than the reference cell it is (`vs_reference`: 0.2 = 20% worse) and than Optimus
+    in the same world (`vs_optimus`)."""
     table = results.groupby("cell", sort=False).agg(
         jct=("val_jct_greedy", "mean"), sd=("val_jct_greedy", "std"), min=("val_jct_greedy", "min"),
         max=("val_jct_greedy", "max"), jct_sampled=("val_jct_sampled", "mean"), seeds=("seed", "size"),
-        bound=("lower_bound", "mean")).reset_index()
+        bound=("lower_bound", "mean"), optimus=("optimus", "mean")).reset_index()
     table["sd"] = table["sd"].fillna(0.0)
     table["ratio_to_bound"] = table.jct / table.bound
     table["vs_reference"] = table.jct / float(table.set_index("cell").loc[reference, "jct"]) - 1.0
+    table["vs_optimus"] = table.jct / table.optimus - 1.0
     return table
 
 
@@ -238,7 +254,7 @@ def log_cells(ablation: AblationPlan, table: pd.DataFrame, curve_frame: pd.DataF
         run_id = client.create_run(experiment, run_name=f"{ablation.axis}={cell.label}", tags=tags).info.run_id
         for key, value in tracking.flatten({"run": cell.run, **cell.params}).items():
             client.log_param(run_id, key, value)
-        for key in ("jct", "sd", "min", "max", "jct_sampled", "ratio_to_bound", "vs_reference"):
+        for key in ("jct", "sd", "min", "max", "jct_sampled", "ratio_to_bound", "vs_reference", "vs_optimus"):
             client.log_metric(run_id, key, float(rows.loc[cell.label, key]))
         mine = curve_frame[curve_frame.cell == cell.label]
         for (seed, update), row in mine.set_index(["seed", "update"]).iterrows():

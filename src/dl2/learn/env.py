@@ -135,7 +135,7 @@ class DecisionEnv:
         self.traces, self.scenario, self.window = list(traces), scenario, window
         self.rng = np.random.default_rng(seed)
         self.shuffle = shuffle
-        self.table = scenario.table
+        self.table = scenario.true_table  # what jobs train at (the policy needs no speed model)
         p, o = scenario.preset, scenario.options
         self.max_tasks, self.fine_grained, self.assign_bundle, self.max_slots = p.max_tasks, o.fine_grained_jct, o.assign_bundle, o.max_slots
         self.cluster = make_cluster(p.num_nodes, p.node_cpu, p.node_gpu)

@@ -73,7 +73,7 @@ class SimulatedCluster:
         self.cluster.used[:] = alloc.cluster.used
         row = np.zeros(engine.NUM_STATS)
         engine.slot_stats(self.jobs, self.cluster, self._prev_workers, self._prev_ps, row)
-        completed, reward = engine.advance(self.jobs, self.table, self.slot, self.scenario.options.fine_grained_jct)
+        completed, reward = engine.advance(self.jobs, self.scenario.true_table, self.slot, self.scenario.options.fine_grained_jct)
         row[engine.STAT_REWARD] = reward
         self.stats.append(row)
         self.completed += completed

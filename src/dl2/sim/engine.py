@@ -89,12 +89,14 @@ def run_builtin(
     cl: Cluster,
     rec: Recorder,
     table: np.ndarray,
+    true_table: np.ndarray,
     max_tasks: int,
     fine_grained: bool,
     assign_bundle: bool,
     stats: np.ndarray,
 ) -> int:
-    """Simulate until every job completes; returns the number of slots, or -1 past `stats` rows."""
+    """Simulate until every job completes; returns the number of slots, or -1 past `stats` rows. The policy
+    knows `table`; jobs train at `true_table`."""
     n = jobs.model.shape[0]
     prev_workers = np.zeros(n, dtype=np.int64)
     prev_ps = np.zeros(n, dtype=np.int64)
@@ -107,7 +109,7 @@ def run_builtin(
             assign_bundles(jobs, cl)
         run_policy(policy, jobs, cl, rec, slot, max_tasks, table)
         slot_stats(jobs, cl, prev_workers, prev_ps, stats[slot])
-        completed, reward = advance(jobs, table, slot, fine_grained)
+        completed, reward = advance(jobs, true_table, slot, fine_grained)
         stats[slot, STAT_REWARD] = reward
         done += completed
         slot += 1

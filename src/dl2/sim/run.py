@@ -71,7 +71,8 @@ def _simulate_builtin(trace: Trace, scheduler: BuiltinScheduler, scenario: Scena
         recorder = make_recorder(capacity, record_window or 1)
         stats = np.empty((min(o.max_slots, int(trace.arrival.max()) + 100_000), engine.NUM_STATS))
         slots = engine.run_builtin(
-            scheduler.policy_id, jobs, cluster, recorder, scenario.table, p.max_tasks, o.fine_grained_jct, o.assign_bundle, stats
+            scheduler.policy_id, jobs, cluster, recorder, scenario.table, scenario.true_table, p.max_tasks, o.fine_grained_jct,
+            o.assign_bundle, stats
         )
         if slots < 0:
             raise Dl2Error(f"trace did not finish within {stats.shape[0]} slots under {scheduler.name}")

@@ -25,6 +25,12 @@ class SimOptions:
     assign_bundle: bool = False  # give every job one bundle before the policy acts (the authors' RL env)
     speed_model: str = "measured"  # measured table (RBF) or the analytical PS/worker model
     max_slots: int = 100_000  # give up (an error) if the trace has not finished by then
+    speed_noise: float = 0.0  # jobs truly train at the model's speed times a fixed factor per (model, #PS,
+    noise_seed: int = 0  # #workers), uniform in 1 ± speed_noise, drawn from noise_seed; schedulers see the model's
+
+    def __post_init__(self):
+        if not 0.0 <= self.speed_noise < 1.0:
+            raise Dl2Error(f"speed_noise: expected a number in [0, 1), got {self.speed_noise!r}")
 
 
 @dataclass(frozen=True)
@@ -38,8 +44,16 @@ class Scenario:
 
     @property
     def table(self) -> np.ndarray:
-        """Epochs per slot, [model, #PS, #workers], for 0..max_tasks+1 of each."""
+        """Epochs per slot, [model, #PS, #workers], for 0..max_tasks+1 of each: the speed model schedulers know."""
         return _table(self.preset.speed_table, self.options.speed_model, self.preset.max_tasks, self.preset.slot_seconds)
+
+    @property
+    def true_table(self) -> np.ndarray:
+        """The epochs per slot jobs actually train at: `table`, unless `speed_noise` perturbs it."""
+        o, p = self.options, self.preset
+        if o.speed_noise == 0.0:
+            return self.table
+        return _noisy_table(p.speed_table, o.speed_model, p.max_tasks, p.slot_seconds, o.speed_noise, o.noise_seed)
 
     def jobs(self, trace: Trace) -> tuple[Jobs, np.ndarray]:
         """Fresh job arrays for `trace`, and the order (trace row per job index) they are in."""
@@ -56,6 +70,12 @@ class Scenario:
             raise Dl2Error(f"a {name} bundle needs more than one node of preset {self.preset.name!r} holds")
         jobs = make_jobs(trace.model[order], trace.arrival[order], trace.job_id[order], trace.num_epochs[order], worker, ps)
         return jobs, order
+
+
+@lru_cache(maxsize=16)
+def _noisy_table(speed_table: str, speed_model: str, max_tasks: int, slot_seconds: float, noise: float, seed: int) -> np.ndarray:
+    table = _table(speed_table, speed_model, max_tasks, slot_seconds)
+    return table * np.random.default_rng(seed).uniform(1.0 - noise, 1.0 + noise, table.shape)
 
 
 @lru_cache(maxsize=16)

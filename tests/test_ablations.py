@@ -1,0 +1,123 @@
+"""Ablation plans from params.yaml, resuming a cell, and the reproduction report's claims."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dl2 import reproduction as rep
+from dl2.config import load_params
+from dl2.errors import Dl2Error
+from dl2.learn import ablations as ab
+from dl2.paths import repo_root
+
+PARAMS = load_params(repo_root() / "params.yaml")
+
+
+def test_every_group_of_the_projects_params_plans_and_names_each_axis_once():
+    groups = PARAMS["ablations"]["groups"]
+    axes = [axis for group in groups for axis in ab.group_axes(PARAMS, group)]
+    assert sorted(axes) == sorted(PARAMS["ablations"]["axes"]) and len(axes) == len(set(axes))
+    for axis in axes:
+        plan = ab.plan(PARAMS, axis)
+        assert plan.reference in {c.label for c in plan.cells} and plan.seeds == tuple(PARAMS["ablations"]["seeds"])
+
+
+def test_a_cell_is_the_main_sections_then_the_scale_then_the_axis_base_then_its_own_overrides():
+    params = {
+        "learn": {"window": 20, "train_traces": 40}, "pretrain": {"teacher": "drf"}, "finetune": {"lr": 0.003, "updates": 200},
+        "ablations": {"scale": "small", "scales": {"small": {"finetune": {"updates": 4}}},
+                      "axes": {"replay": {"base": {"finetune": {"algorithm": "dl2", "lr": 0.0001}}, "reference": "on",
+                                          "cells": {"on": {"finetune": {"replay": "uniform"}},
+                                                    "none": {"run": "rl-only", "finetune": {"replay": "off"}}}}}},
+    }
+    plan = ab.plan(params, "replay")
+    on, none = plan.cells
+    assert on.params["finetune"] == {"lr": 0.0001, "updates": 4, "algorithm": "dl2", "replay": "uniform"}
+    assert on.params["learn"] == {"window": 20, "train_traces": 40} and on.run == "sl-rl" and none.run == "rl-only"
+    assert none.params["finetune"]["replay"] == "off" and plan.reference == "on"
+    assert on.digest(0) != on.digest(1) != none.digest(1)
+    assert params["finetune"] == {"lr": 0.003, "updates": 200}, "planning must not change the params"
+
+
+def _with(axis_spec=None, **section):
+    ablations = {"scale": "small", "scales": {"small": {}}, "axes": {"x": axis_spec or {"cells": {"a": {}}}}, **section}
+    return {"ablations": ablations}
+
+
+@pytest.mark.parametrize("params, axis, key", [
+    (_with(), "y", "ablations.axes"),
+    (_with({"cells": {}}), "x", "ablations.axes.x.cells"),
+    (_with({"cells": {"a": {"run": "best"}}}), "x", "ablations.axes.x.cells.a.run"),
+    (_with({"cells": {"a": {"network": {}}}}), "x", "ablations.axes.x.cells.a: network"),
+    (_with({"cells": {"a": {"finetune": {"lr": "fast"}}}}), "x", "finetune.lr"),
+    (_with({"cells": {"a": {"learn": {"arrivals": "bursty"}}}}), "x", "learn.arrivals"),
+    (_with({"cells": {"a": {"learn": {"speed_noise": 1.5}}}}), "x", "learn.speed_noise"),
+    (_with({"cells": {"a": {}}, "reference": "b"}), "x", "ablations.axes.x.reference"),
+    (_with(scale="huge"), "x", "ablations.scale"),
+    (_with(seeds=[0, 0]), "x", "ablations.seeds"),
+    (_with(workers=-1), "x", "ablations.workers"),
+])
+def test_a_bad_ablation_names_the_cell_and_key(params, axis, key):
+    with pytest.raises(Dl2Error, match=key.replace(".", r"\.")):
+        ab.plan(params, axis)
+
+
+def test_an_unknown_group_or_a_group_of_unknown_axes_is_refused():
+    with pytest.raises(Dl2Error, match=r"ablations\.groups: no group 'z'"):
+        ab.group_axes(_with(groups={"g": ["x"]}), "z")
+    with pytest.raises(Dl2Error, match=r"ablations\.groups\.g"):
+        ab.group_axes(_with(groups={"g": ["x", "nope"]}), "g")
+
+
+def test_a_stored_cell_result_is_reused_and_a_stale_one_is_not(tmp_path):
+    cell = ab.plan(PARAMS, "pretraining").cells[0]
+    stored = {"digest": cell.digest(0), "cell": cell.label, "seed": 0, "val_jct_greedy": 1.5}
+    (tmp_path / f"{cell.label}-s0.json").write_text(json.dumps(stored))
+    assert ab.run_cell(cell, 0, None, tmp_path) == stored  # resumed: nothing trained
+    sl_only = next(c for c in ab.plan(PARAMS, "pretraining").cells if c.run == "sl-only")
+    (tmp_path / f"{sl_only.label}-s0.json").write_text(json.dumps({**stored, "digest": "stale"}))
+    result = ab.run_cell(sl_only, 0, None, tmp_path)
+    assert result["digest"] == sl_only.digest(0) and np.isfinite(result["val_jct_greedy"]) and result["history"] == {}
+
+
+def test_summary_compares_every_cell_with_the_reference():
+    results = pd.DataFrame([{"cell": c, "seed": s, "val_jct_greedy": j, "val_jct_sampled": j, "lower_bound": 5.0, "optimus": 6.5}
+                            for c, js in (("full", (6.0, 6.2)), ("no-replay", (7.5, 8.1))) for s, j in enumerate(js)])
+    table = ab.summary(results, "full").set_index("cell")
+    assert table.loc["full", "vs_reference"] == 0.0
+    assert table.loc["no-replay", "vs_reference"] == pytest.approx(7.8 / 6.1 - 1)
+    assert table.loc["no-replay", "sd"] == pytest.approx(np.std([7.5, 8.1], ddof=1)) and table.loc["full", "ratio_to_bound"] == pytest.approx(1.22)
+    assert table.loc["full", "vs_optimus"] == pytest.approx(6.1 / 6.5 - 1)
+
+
+def test_convergence_is_the_first_update_within_five_percent_of_the_best():
+    curve = pd.DataFrame({"cell": "8", "seed": 0, "update": [10, 20, 30, 40], "decisions": [1, 2, 3, 4],
+                          "val_jct_greedy": [9.0, 6.4, 6.2, 6.1]})
+    assert ab.convergence(curve).iloc[0].to_dict() == {"cell": "8", "seed": 0, "update": 20, "decisions": 2}
+
+
+@pytest.mark.parametrize("paper, ours, expected", [(0.3, 0.28, "reproduced"), (0.3, 0.5, "reproduced"), (0.3, 0.1, "direction only"),
+                                                   (0.3, -0.1, "not reproduced"), (0.3, float("nan"), "not run")])
+def test_a_claims_status(paper, ours, expected):
+    assert rep.status(paper, ours) == expected
+
+
+def test_table2_claims_read_the_ablations_cells_without_the_part():
+    tables = {"replay": pd.DataFrame({"cell": ["prioritized", "off"], "vs_reference": [0.0, 0.25]}),
+              "critic": pd.DataFrame({"cell": ["slot", "off"], "vs_reference": [0.0, -0.02]})}
+    claims = {c["claim"].split(":")[0]: c for c in rep.table2_claims(tables, {"per_action_reward": 0.291, "no_critic": 0.211,
+                                                                              "no_job_aware_exploration": 0.288, "no_experience_replay": 0.396})}
+    assert claims["no experience replay"]["ours"] == 0.25 and claims["no experience replay"]["status"] == "direction only"
+    assert claims["no critic"]["status"] == "not reproduced" and claims["per action reward"]["status"] == "not run"
+
+
+def test_the_html_report_is_one_self_contained_page():
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    page = rep.html_report("t <1>", [("s", [rep.paragraph("a & b"), rep.figure_html(fig)])])
+    assert page.startswith("<!DOCTYPE html>") and "t &lt;1&gt;" in page and "a &amp; b" in page
+    assert "data:image/png;base64," in page and "src=\"http" not in page
