@@ -93,3 +93,18 @@ def test_speed_noise_changes_what_jobs_train_at_but_not_what_schedulers_know():
     assert not np.array_equal(builtin.end, simulate(trace, "optimus", exact).end)
     with pytest.raises(Dl2Error, match="speed_noise"):
         SimOptions(speed_noise=1.5)
+
+
+def test_epoch_error_changes_what_schedulers_are_told_but_not_when_jobs_finish():
+    preset = get_preset("paper")
+    exact, told = Scenario(preset), Scenario(preset, SimOptions(epoch_error=0.25, noise_seed=1))
+    trace = generate_trace(preset, exact.catalog, 2)
+    jobs, _ = told.jobs(trace)
+    ratio = jobs.known_epochs / jobs.epochs
+    assert ratio.min() >= 0.75 and ratio.max() <= 1.25 and ratio.std() > 0.05
+    np.testing.assert_array_equal(jobs.epochs, exact.jobs(trace)[0].epochs)
+    # DRF ignores epochs: the same schedule, the same completions; Optimus plans with the remaining epochs it is told
+    np.testing.assert_array_equal(simulate(trace, "drf", told).end, simulate(trace, "drf", exact).end)
+    builtin = simulate(trace, "optimus", told)
+    assert not np.array_equal(builtin.end, simulate(trace, "optimus", exact).end)
+    np.testing.assert_array_equal(builtin.end, simulate(trace, _Wrapped(BuiltinScheduler("optimus")), told).end)

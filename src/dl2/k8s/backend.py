@@ -138,7 +138,7 @@ class KubeCluster:
             engine.assign_bundles(jobs, cluster)
         self._view = {"clock": clock, "slot": slot, "jobs": active, "specs": specs, "nodes": nodes}
         return Observation(slot=slot, job_ids=np.array([j["status"]["jobId"] for j in active], dtype=np.int64),
-                           models=jobs.model, arrival=jobs.arrival, progress=jobs.progress.copy(), num_epochs=jobs.epochs,
+                           models=jobs.model, arrival=jobs.arrival, progress=jobs.progress.copy(), num_epochs=jobs.known_epochs,
                            worker_demand=jobs.worker_demand, ps_demand=jobs.ps_demand, num_nodes=len(nodes),
                            node_capacity=cluster.capacity.copy(), max_tasks=p.max_tasks, epochs_table=self.table,
                            _jobs=jobs, _cluster=cluster)

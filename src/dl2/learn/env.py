@@ -95,7 +95,7 @@ def _reward_share(jobs: Jobs, table: np.ndarray, i: int) -> float:
     """Job i's part of the slot reward if the slot ended now: epochs it would train / its epochs."""
     if not jobs.active[i] or jobs.workers[i] == 0 or jobs.ps[i] == 0:
         return 0.0
-    return min(table[jobs.model[i], jobs.ps[i], jobs.workers[i]], jobs.epochs[i] - jobs.progress[i]) / jobs.epochs[i]
+    return min(table[jobs.model[i], jobs.ps[i], jobs.workers[i]], jobs.epochs[i] - jobs.progress[i]) / jobs.known_epochs[i]
 
 
 @njit(cache=True)

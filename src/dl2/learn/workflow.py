@@ -39,6 +39,7 @@ class LearnSettings:
     seed: int = 7
     arrivals: str = "ali"  # the arrival pattern of the training and validation traces
     speed_noise: float = 0.0  # true speeds off the speed model by up to this fraction (dl2.sim.scenario.SimOptions)
+    epoch_error: float = 0.0  # the epochs schedulers are told off the true ones by up to this fraction
 
 
 def _typed(cls, section: Mapping[str, Any] | None, name: str, where: str):
@@ -76,8 +77,9 @@ def learn_settings(params: Mapping[str, Any], where: str = "params.yaml") -> Lea
         raise Dl2Error(f"{where}: learn.network: expected one of {', '.join(NET_PRESETS)}, got {s.network!r}")
     if s.train_traces <= 0 or s.validation_traces <= 0 or s.window <= 0:
         raise Dl2Error(f"{where}: learn: train_traces, validation_traces and window must be positive")
-    if s.speed_noise >= 1.0:
-        raise Dl2Error(f"{where}: learn.speed_noise: expected a number in [0, 1), got {s.speed_noise!r}")
+    for key in ("speed_noise", "epoch_error"):
+        if getattr(s, key) >= 1.0:
+            raise Dl2Error(f"{where}: learn.{key}: expected a number in [0, 1), got {getattr(s, key)!r}")
     if s.arrivals not in ARRIVAL_PATTERNS:
         raise Dl2Error(f"{where}: learn.arrivals: expected one of {', '.join(ARRIVAL_PATTERNS)}, got {s.arrivals!r}")
     return s
@@ -137,7 +139,7 @@ def network(settings: LearnSettings) -> NetConfig:
 def scenario(settings: LearnSettings, params_file: str | None = None, speed_model: str = "measured") -> Scenario:
     """The learning scenario; `speed_model="analytical"` is OfflineRL's training world."""
     options = SimOptions(assign_bundle=settings.assign_bundle, speed_model=speed_model, max_slots=2000,
-                         speed_noise=settings.speed_noise)
+                         speed_noise=settings.speed_noise, epoch_error=settings.epoch_error)
     return Scenario(get_preset(settings.preset, params_file), options)
 
 

@@ -54,7 +54,7 @@ class SimulatedCluster:
             models=view.model,
             arrival=view.arrival,
             progress=view.progress.copy(),
-            num_epochs=view.epochs,
+            num_epochs=view.known_epochs,
             worker_demand=view.worker_demand,
             ps_demand=view.ps_demand,
             num_nodes=p.num_nodes,

@@ -45,7 +45,8 @@ def assign_bundles(jobs: Jobs, cl: Cluster) -> None:
 
 @njit(cache=True)
 def advance(jobs: Jobs, table: np.ndarray, slot: int, fine_grained: bool) -> tuple[int, float]:
-    """Train every job that has a worker and a PS for one slot; returns (jobs completed, slot reward)."""
+    """Train every job that has a worker and a PS for one slot; returns (jobs completed, slot reward: the
+    epochs trained as fractions of the epochs schedulers are told)."""
     completed, reward = 0, 0.0
     for i in range(jobs.model.shape[0]):
         if not jobs.active[i] or jobs.workers[i] == 0 or jobs.ps[i] == 0:
@@ -58,7 +59,7 @@ def advance(jobs: Jobs, table: np.ndarray, slot: int, fine_grained: bool) -> tup
         else:
             jobs.progress[i] += epochs
             run_fraction = 1.0
-        reward += epochs / jobs.epochs[i]
+        reward += epochs / jobs.known_epochs[i]
         if jobs.progress[i] >= jobs.epochs[i]:
             jobs.end[i] = slot - 1 + run_fraction if fine_grained else slot
             jobs.active[i] = False

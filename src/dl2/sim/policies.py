@@ -66,7 +66,7 @@ def fifo(jobs: Jobs, cl: Cluster, rec: Recorder, slot: int, max_tasks: int) -> N
 def srtf(jobs: Jobs, cl: Cluster, rec: Recorder, slot: int, max_tasks: int) -> None:
     """Jobs by (remaining-epoch fraction, arrival, id), each up to the maximum of bundles."""
     active = np.flatnonzero(jobs.active)
-    remaining = 1.0 - jobs.progress[active] / jobs.epochs[active]
+    remaining = 1.0 - jobs.progress[active] / jobs.known_epochs[active]
     _bundles_in_order(jobs, cl, rec, slot, max_tasks, active[np.argsort(remaining, kind="mergesort")])
 
 
@@ -108,7 +108,7 @@ def optimus_utility(table: np.ndarray, model: np.ndarray, epochs: np.ndarray, pr
     if ps[i] == 0:
         return NO_UTILITY, PS
     m, p, w = model[i], ps[i], workers[i]
-    remaining = epochs[i] - progress[i]
+    remaining = max(epochs[i] - progress[i], 0.0)
     base = remaining / table[m, p, w]
     gain_worker = base - remaining / table[m, p, w + 1]
     gain_ps = base - remaining / table[m, p + 1, w]
@@ -122,7 +122,7 @@ def optimus(jobs: Jobs, cl: Cluster, rec: Recorder, slot: int, max_tasks: int, t
     """One task at a time to the job whose next task saves the most time, until nothing helps."""
     recording = rec.actions.shape[0] > 0
     tasks = task_log(cl)
-    model, epochs, progress, workers, ps = jobs.model, jobs.epochs, jobs.progress, jobs.workers, jobs.ps
+    model, epochs, progress, workers, ps = jobs.model, jobs.known_epochs, jobs.progress, jobs.workers, jobs.ps
     key, tie, item = pqueue.new_pqueue(model.shape[0])
     size = 0
     role_of = np.zeros(model.shape[0], dtype=np.int64)
@@ -172,7 +172,7 @@ def tetris(jobs: Jobs, cl: Cluster, rec: Recorder, slot: int, max_tasks: int) ->
     for j in range(count):
         i = by_id[j]
         cpu[j], gpu[j] = demand(jobs.worker_demand, jobs.ps_demand, i, BUNDLE)
-        work[j] = (cpu[j] + gpu[j]) * (1.0 - jobs.progress[i] / jobs.epochs[i])
+        work[j] = (cpu[j] + gpu[j]) * max(1.0 - jobs.progress[i] / jobs.known_epochs[i], 0.0)
         cpu_sum += cpu[j]
         gpu_sum += gpu[j]
         work_sum += work[j]

@@ -26,11 +26,14 @@ class SimOptions:
     speed_model: str = "measured"  # measured table (RBF) or the analytical PS/worker model
     max_slots: int = 100_000  # give up (an error) if the trace has not finished by then
     speed_noise: float = 0.0  # jobs truly train at the model's speed times a fixed factor per (model, #PS,
-    noise_seed: int = 0  # #workers), uniform in 1 ± speed_noise, drawn from noise_seed; schedulers see the model's
+    #                           #workers), uniform in 1 ± speed_noise; schedulers know the model's
+    epoch_error: float = 0.0  # schedulers are told each job's epochs times a factor uniform in 1 ± epoch_error
+    noise_seed: int = 0  # draws both
 
     def __post_init__(self):
-        if not 0.0 <= self.speed_noise < 1.0:
-            raise Dl2Error(f"speed_noise: expected a number in [0, 1), got {self.speed_noise!r}")
+        for key in ("speed_noise", "epoch_error"):
+            if not 0.0 <= getattr(self, key) < 1.0:
+                raise Dl2Error(f"{key}: expected a number in [0, 1), got {getattr(self, key)!r}")
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,12 @@ class Scenario:
         if too_big.any():
             name = c.names[trace.model[order][too_big.argmax()]]
             raise Dl2Error(f"a {name} bundle needs more than one node of preset {self.preset.name!r} holds")
-        jobs = make_jobs(trace.model[order], trace.arrival[order], trace.job_id[order], trace.num_epochs[order], worker, ps)
+        epochs = trace.num_epochs[order]
+        known = None
+        if self.options.epoch_error > 0.0:
+            rng = np.random.default_rng([self.options.noise_seed, len(trace), int(trace.job_id.sum())])
+            known = epochs * rng.uniform(1.0 - self.options.epoch_error, 1.0 + self.options.epoch_error, len(epochs))
+        jobs = make_jobs(trace.model[order], trace.arrival[order], trace.job_id[order], epochs, worker, ps, known)
         return jobs, order
 
 

@@ -26,6 +26,7 @@ class Jobs(NamedTuple):
     ps: np.ndarray  # int64
     active: np.ndarray  # bool: arrived and not completed
     end: np.ndarray  # float64 completion slot, nan before
+    known_epochs: np.ndarray  # float64: the epochs schedulers are told (an estimate of `epochs`, the truth)
 
 
 class Cluster(NamedTuple):
@@ -49,8 +50,9 @@ class Recorder(NamedTuple):
 
 
 def make_jobs(model: np.ndarray, arrival: np.ndarray, job_id: np.ndarray, epochs: np.ndarray,
-              worker_demand: np.ndarray, ps_demand: np.ndarray) -> Jobs:
-    """Jobs in the given order, which must be (arrival, id) order."""
+              worker_demand: np.ndarray, ps_demand: np.ndarray, known_epochs: np.ndarray | None = None) -> Jobs:
+    """Jobs in the given order, which must be (arrival, id) order; schedulers are told `known_epochs`
+    (default: the true `epochs`)."""
     n = len(model)
     idrank = np.empty(n, dtype=np.int64)
     idrank[np.argsort(job_id, kind="stable")] = np.arange(n)
@@ -66,6 +68,7 @@ def make_jobs(model: np.ndarray, arrival: np.ndarray, job_id: np.ndarray, epochs
         ps=np.zeros(n, dtype=np.int64),
         active=np.zeros(n, dtype=np.bool_),
         end=np.full(n, np.nan),
+        known_epochs=np.ascontiguousarray(epochs if known_epochs is None else known_epochs, dtype=np.float64),
     )
 
 

@@ -2,7 +2,8 @@
 
 The window holds the first `window` uncompleted jobs in arrival order that can still grow (not at the
 maximum of both workers and PS). Per window position, six raw features: job type (model id + 1; 0 for
-an empty position), slots since arrival, remaining-epoch fraction, dominant share, #workers, #PS.
+an empty position), slots since arrival, remaining-epoch fraction (of the epochs the scheduler is told),
+dominant share, #workers, #PS.
 Action `3*position + role` adds a worker (0), a PS (1) or a bundle (2) to that job; `3*window` is void.
 """
 
@@ -30,7 +31,7 @@ def observe_window(jobs: Jobs, cl: Cluster, slot: int, max_tasks: int, state: np
         row = state[filled]
         row[0] = jobs.model[i] + 1
         row[1] = slot - jobs.arrival[i]
-        row[2] = 1.0 - jobs.progress[i] / jobs.epochs[i]
+        row[2] = max(1.0 - jobs.progress[i] / jobs.known_epochs[i], 0.0)
         row[3] = share_of(workers, ps, jobs.worker_demand, jobs.ps_demand, totals, i)
         row[4] = workers[i]
         row[5] = ps[i]
