@@ -14,6 +14,7 @@ import copy
 import hashlib
 import json
 import os
+import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from multiprocessing import get_context
@@ -239,6 +240,7 @@ def convergence(curve_frame: pd.DataFrame, within: float = 0.05) -> pd.DataFrame
 def log_cells(ablation: AblationPlan, table: pd.DataFrame, curve_frame: pd.DataFrame, parent_run_id: str | None) -> None:
     """One MLflow run per cell, tagged with the axis and the cell (nested under the stage's run): the
     cell's parameters, its summary row, and each seed's learning curve."""
+    from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
 
     from dl2 import tracking
@@ -246,17 +248,18 @@ def log_cells(ablation: AblationPlan, table: pd.DataFrame, curve_frame: pd.DataF
     client = MlflowClient(tracking.tracking_uri())
     experiment = tracking.experiment_id()
     rows = table.set_index("cell")
+    now = int(time.time() * 1000)
     for cell in ablation.cells:
         tags = {"dl2.stage": "ablate", "dl2.axis": ablation.axis, "dl2.cell": cell.label,
                 "dl2.reference": str(cell.label == ablation.reference).lower()}
         if parent_run_id:
             tags["mlflow.parentRunId"] = parent_run_id
         run_id = client.create_run(experiment, run_name=f"{ablation.axis}={cell.label}", tags=tags).info.run_id
-        for key, value in tracking.flatten({"run": cell.run, **cell.params}).items():
-            client.log_param(run_id, key, value)
-        for key in ("jct", "sd", "min", "max", "jct_sampled", "ratio_to_bound", "vs_reference", "vs_optimus"):
-            client.log_metric(run_id, key, float(rows.loc[cell.label, key]))
+        params = [Param(key, value) for key, value in tracking.flatten({"run": cell.run, **cell.params}).items()]
+        metrics = [Metric(key, float(rows.loc[cell.label, key]), now, 0)
+                   for key in ("jct", "sd", "min", "max", "jct_sampled", "ratio_to_bound", "vs_reference", "vs_optimus")]
         mine = curve_frame[curve_frame.cell == cell.label]
-        for (seed, update), row in mine.set_index(["seed", "update"]).iterrows():
-            client.log_metric(run_id, f"val_jct_greedy.s{seed}", float(row["val_jct_greedy"]), step=int(update))
+        metrics += [Metric(f"val_jct_greedy.s{seed}", float(jct), now, int(update))
+                    for seed, update, jct in zip(mine["seed"], mine["update"], mine["val_jct_greedy"])]
+        client.log_batch(run_id, metrics=metrics, params=params)
         client.set_terminated(run_id, "FINISHED")
