@@ -76,10 +76,7 @@ def plan(params: Mapping[str, Any], axis: str, where: str = "params.yaml") -> Ab
     if axis not in axes:
         raise Dl2Error(f"{where}: ablations.axes: no axis {axis!r} (known: {', '.join(axes) or 'none'})")
     spec = axes[axis] or {}
-    seeds = section.get("seeds", [0])
-    if not isinstance(seeds, list) or not seeds or any(not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in seeds) \
-            or len(set(seeds)) != len(seeds):
-        raise Dl2Error(f"{where}: ablations.seeds: expected a list of distinct non-negative integers, got {seeds!r}")
+    seeds = workflow.seed_list(section.get("seeds", [0]), "ablations.seeds", where)
     workers = section.get("workers", 0)
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 0:
         raise Dl2Error(f"{where}: ablations.workers: expected a non-negative integer (0: one per core), got {workers!r}")

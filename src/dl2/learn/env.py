@@ -154,10 +154,14 @@ class DecisionEnv:
     def slot(self) -> int:
         return int(self.ctl[SLOT])
 
-    def reset(self, seed: int | None = None, trace: Trace | None = None) -> tuple[np.ndarray, dict[str, Any]]:
-        self.trace = trace = choose_trace(self, seed, trace)
+    def load(self, trace: Trace) -> None:
+        """Fresh job arrays for `trace`; `reset` then starts the episode (compiled runs start it themselves)."""
+        self.trace = trace
         self.jobs, self.order = self.scenario.jobs(trace)
         self.job_reward = np.zeros(len(trace))
+
+    def reset(self, seed: int | None = None, trace: Trace | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        self.load(choose_trace(self, seed, trace))
         status = env_reset(self.jobs, self.cluster, self.table, self.ctl, self.max_tasks, self.fine_grained,
                            self.assign_bundle, self.max_slots, self.state, self.window_jobs, self.mask)
         if status != CONTINUE:

@@ -36,8 +36,7 @@ def run_policy(policy: DL2Policy, traces: Sequence[Trace], scenario: Scenario, g
     decisions, start = 0, time.perf_counter()
     for k, trace in enumerate(traces):
         env = DecisionEnv([trace], scenario, policy.config.window, shuffle=False)
-        env.trace = trace
-        env.jobs, env.order = scenario.jobs(trace)
+        env.load(trace)
         status, made = run_episode(frozen, env.jobs, env.cluster, env.table, env.ctl, env.fine_grained, env.assign_bundle,
                                    env.max_slots, greedy, int(seeds[k]), env.state, env.window_jobs, env.mask)
         decisions += made

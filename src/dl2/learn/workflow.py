@@ -108,16 +108,21 @@ def finetune_config(params: Mapping[str, Any], where: str = "params.yaml") -> RL
     return _typed(RLConfig, section, "finetune", where)
 
 
+def seed_list(seeds: Any, key: str, where: str) -> list[int]:
+    """`seeds` checked as a non-empty list of distinct non-negative integers (errors name `key`)."""
+    if not isinstance(seeds, list) or not seeds or any(not isinstance(x, int) or isinstance(x, bool) or x < 0 for x in seeds) \
+            or len(set(seeds)) != len(seeds):
+        raise Dl2Error(f"{where}: {key}: expected a list of distinct non-negative integers, got {seeds!r}")
+    return seeds
+
+
 def finetune_plan(params: Mapping[str, Any], where: str = "params.yaml") -> FinetunePlan:
     """The `finetune` section: the RL configuration plus `runs` (default: all of `RUNS`) and `seeds`."""
     section = params.get("finetune") or {}
     runs = section.get("runs", list(RUNS))
     if not isinstance(runs, list) or not runs or any(r not in RUNS for r in runs):
         raise Dl2Error(f"{where}: finetune.runs: expected a list of {', '.join(RUNS)}, got {runs!r}")
-    seeds = section.get("seeds", [0])
-    if not isinstance(seeds, list) or not seeds or any(not isinstance(x, int) or isinstance(x, bool) or x < 0 for x in seeds) \
-            or len(set(seeds)) != len(seeds):
-        raise Dl2Error(f"{where}: finetune.seeds: expected a list of distinct non-negative integers, got {seeds!r}")
+    seeds = seed_list(section.get("seeds", [0]), "finetune.seeds", where)
     if "seed" in section:
         raise Dl2Error(f"{where}: finetune.seed: use finetune.seeds, a list (one run per seed)")
     backend = section.get("backend", "sim")
