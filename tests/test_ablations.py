@@ -82,6 +82,22 @@ def test_a_stored_cell_result_is_reused_and_a_stale_one_is_not(tmp_path):
     assert result["digest"] == sl_only.digest(0) and np.isfinite(result["val_jct_greedy"]) and result["history"] == {}
 
 
+def test_a_group_in_two_worker_processes_gives_the_results_of_one_process(tmp_path):
+    from dataclasses import replace
+
+    def sl_only_plans(workers):  # two axes of one group, cheap cells (pretraining only)
+        pretraining = ab.plan(PARAMS, "pretraining")
+        job_type = ab.plan(PARAMS, "job-type")
+        return [replace(pretraining, cells=tuple(c for c in pretraining.cells if c.run == "sl-only"), workers=workers),
+                replace(job_type, cells=tuple(replace(c, run="sl-only") for c in job_type.cells), workers=workers)]
+
+    serial = ab.run_plans(sl_only_plans(1), None, tmp_path / "serial", progress=False)
+    parallel = ab.run_plans(sl_only_plans(2), None, tmp_path / "parallel", progress=False)
+    assert list(parallel) == ["pretraining", "job-type"] and [r["cell"] for r in parallel["job-type"]] == ["one-hot", "integer"]
+    assert parallel == serial
+    assert (tmp_path / "parallel" / "job-type" / "integer-s0.json").is_file()
+
+
 def test_summary_compares_every_cell_with_the_reference():
     results = pd.DataFrame([{"cell": c, "seed": s, "val_jct_greedy": j, "val_jct_sampled": j, "lower_bound": 5.0, "optimus": 6.5}
                             for c, js in (("full", (6.0, 6.2)), ("no-replay", (7.5, 8.1))) for s, j in enumerate(js)])

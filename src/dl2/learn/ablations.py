@@ -173,28 +173,31 @@ def run_cell(cell: Cell, seed: int, params_file: str | None, out_dir: Path) -> d
     return result
 
 
-def run_axis(ablation: AblationPlan, params_file: str | None, out_dir: str | Path, progress: bool = True) -> list[dict]:
-    """Every (cell, seed) of the plan, `ablation.workers` at a time in separate processes."""
+def run_plans(plans: list[AblationPlan], params_file: str | None, cells_dir: str | Path,
+              progress: bool = True) -> dict[str, list[dict]]:
+    """Every (cell, seed) of every plan (a group's axes), `workers` at a time in one pool of processes;
+    each axis's results, in plan order, stored under `<cells_dir>/<axis>`."""
     from tqdm.auto import tqdm
 
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    jobs = [(cell, seed) for cell in ablation.cells for seed in ablation.seeds]
-    bar = tqdm(total=len(jobs), desc=f"ablation {ablation.axis}", disable=not progress)
-    results = []
-    if min(ablation.workers, len(jobs)) == 1:  # in this process: no interpreter to start
-        for cell, seed in jobs:
-            results.append(run_cell(cell, seed, params_file, out_dir))
+    jobs = [(plan.axis, cell, seed) for plan in plans for cell in plan.cells for seed in plan.seeds]
+    for plan in plans:
+        (Path(cells_dir) / plan.axis).mkdir(parents=True, exist_ok=True)
+    workers = min(max((plan.workers for plan in plans), default=1), len(jobs))
+    bar = tqdm(total=len(jobs), desc="ablation cells", disable=not progress)
+    results: dict[tuple[str, str, int], dict] = {}
+    if workers <= 1:  # in this process: no interpreter to start
+        for axis, cell, seed in jobs:
+            results[axis, cell.label, seed] = run_cell(cell, seed, params_file, Path(cells_dir) / axis)
             bar.update()
     else:
-        with ProcessPoolExecutor(max_workers=min(ablation.workers, len(jobs)), mp_context=get_context("spawn")) as pool:
-            futures = [pool.submit(run_cell, cell, seed, params_file, out_dir) for cell, seed in jobs]
+        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+            futures = {pool.submit(run_cell, cell, seed, params_file, Path(cells_dir) / axis): (axis, cell.label, seed)
+                       for axis, cell, seed in jobs}
             for future in as_completed(futures):
-                results.append(future.result())
+                results[futures[future]] = future.result()
                 bar.update()
     bar.close()
-    order = {(c.label, s): k for k, (c, s) in enumerate(jobs)}
-    return sorted(results, key=lambda r: order[(r["cell"], r["seed"])])
+    return {plan.axis: [results[plan.axis, cell.label, seed] for cell in plan.cells for seed in plan.seeds] for plan in plans}
 
 
 def results_table(results: list[dict]) -> pd.DataFrame:
