@@ -98,6 +98,18 @@ def test_a_group_in_two_worker_processes_gives_the_results_of_one_process(tmp_pa
     assert (tmp_path / "parallel" / "job-type" / "integer-s0.json").is_file()
 
 
+def test_cells_that_pretrain_alike_share_one_pretrained_policy_and_the_result_is_the_same(tmp_path):
+    prioritized, uniform = ab.plan(PARAMS, "replay").cells[:2]  # they differ only in fine-tuning
+    ab.run_cell(prioritized, 0, None, tmp_path / "shared" / "replay")
+    stored = list((tmp_path / "shared" / "pretrained").glob("*.pt"))
+    reused = ab.run_cell(uniform, 0, None, tmp_path / "shared" / "replay")
+    assert list((tmp_path / "shared" / "pretrained").glob("*.pt")) == stored and len(stored) == 1
+    fresh = ab.run_cell(uniform, 0, None, tmp_path / "alone" / "replay")
+    for result in (fresh, reused):
+        del result["history"]["seconds"]  # wall time
+    assert json.dumps(fresh, sort_keys=True) == json.dumps(reused, sort_keys=True)  # NaN-safe
+
+
 def test_summary_compares_every_cell_with_the_reference():
     results = pd.DataFrame([{"cell": c, "seed": s, "val_jct_greedy": j, "val_jct_sampled": j, "lower_bound": 5.0, "optimus": 6.5}
                             for c, js in (("full", (6.0, 6.2)), ("no-replay", (7.5, 8.1))) for s, j in enumerate(js)])

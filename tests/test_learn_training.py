@@ -497,6 +497,27 @@ def test_finetune_run_resumes_only_its_own_checkpoint(tmp_path):
     assert list(history_other["update"]) == [2, 4, 6]
 
 
+def test_finetune_runs_in_worker_processes_end_as_in_one_process(tmp_path):
+    from dl2.learn import workflow
+
+    settings = workflow.LearnSettings(preset="paper", window=10, hidden=(32, 32), train_traces=2, validation_traces=1)
+    plan = workflow.finetune_plan({"finetune": {"runs": ["sl-rl", "rl-only"], "seeds": [0, 1], "updates": 2, "num_envs": 2,
+                                                "batch_size": 32, "rollout_length": 16, "validate_every": 1, "workers": 1}})
+    torch.manual_seed(0)
+    pretrained = DL2Policy(workflow.network(settings), 8)
+    rows = []
+    serial = list(workflow.finetune_all(plan, settings, pretrained, tmp_path / "serial", on_row=lambda m, r: rows.append((m, r["update"]))))
+    parallel_rows = []
+    parallel = list(workflow.finetune_all(replace(plan, workers=2), settings, pretrained, tmp_path / "parallel",
+                                          on_row=lambda m, r: parallel_rows.append((m, r["update"]))))
+    assert [(name, seed) for name, seed, _, _ in parallel] == [("sl-rl", 0), ("sl-rl", 1), ("rl-only", 0), ("rl-only", 1)]
+    assert parallel_rows == rows == [(m, u) for m in ("sl-rl-s0", "sl-rl-s1", "rl-only-s0", "rl-only-s1") for u in (1, 2)]
+    for (_, _, one, history_one), (_, _, two, history_two) in zip(serial, parallel):
+        pd.testing.assert_frame_equal(history_one.drop(columns="seconds"), history_two.drop(columns="seconds"))
+        for a, b in zip(one.net.state_dict().values(), two.net.state_dict().values()):
+            assert torch.equal(a, b)
+
+
 # --- per-decision credit and the live scheduler's forward pass -----------------------------------------
 
 def test_gae_credits_each_decision_and_stops_at_slot_and_episode_ends():
@@ -572,7 +593,7 @@ def test_the_evaluation_summary_spreads_over_seeds():
 @pytest.mark.parametrize("finetune, key", [({"runs": ["sl-rl", "best"]}, "finetune.runs"), ({"runs": []}, "finetune.runs"),
                                             ({"seeds": [0, 0]}, "finetune.seeds"), ({"seeds": 3}, "finetune.seeds"),
                                             ({"seed": 1}, "finetune.seed"), ({"lr": "fast"}, "finetune.lr"),
-                                            ({"backend": "kind"}, "finetune.backend")])
+                                            ({"backend": "kind"}, "finetune.backend"), ({"workers": -1}, "finetune.workers")])
 def test_a_bad_finetune_plan_names_the_key(finetune, key):
     from dl2.learn import workflow
 

@@ -5,7 +5,8 @@
 and the axis's own `base`), plus the `run` it trains: `sl-rl` (DL2), `rl-only`, `offline-rl` or `sl-only` (the pretrained
 policy alone). Every cell runs once per seed in `ablations.seeds`; the seed drives pretraining and
 fine-tuning alike. Each (cell, seed) writes its result as soon as it ends, so an interrupted axis resumes
-where it stopped, and independent cells run in parallel processes.
+where it stopped, and independent cells run in parallel processes. Cells that pretrain alike (most change
+only fine-tuning) share one pretrained policy per seed.
 """
 
 from __future__ import annotations
@@ -19,13 +20,19 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 import pandas as pd
 
 from dl2.errors import Dl2Error
 from dl2.paths import write_json_atomic
+
+if TYPE_CHECKING:
+    from dl2.learn.agent import DL2Policy
+    from dl2.learn.workflow import LearnSettings
+    from dl2.sim.scenario import Scenario
+    from dl2.workload.traces import Trace
 
 RUNS = ("sl-rl", "rl-only", "offline-rl", "sl-only")
 SECTIONS = ("learn", "pretrain", "finetune")
@@ -127,7 +134,6 @@ def run_cell(cell: Cell, seed: int, params_file: str | None, out_dir: Path) -> d
 
     from dl2.learn import workflow
     from dl2.learn.agent import DL2Policy
-    from dl2.learn.pretrain import pretrain
     from dl2.learn.rl import Trainer
     from dl2.learn.rollout import run_policy
     from dl2.metrics import lower_bound_jct
@@ -150,8 +156,7 @@ def run_cell(cell: Cell, seed: int, params_file: str | None, out_dir: Path) -> d
             torch.manual_seed(seed)
             policy = DL2Policy(workflow.network(settings), measured.preset.max_tasks)
         else:
-            policy, _ = pretrain(train, validation, measured, workflow.network(settings),
-                                 replace(workflow.pretrain_config(cell.params), seed=seed))
+            policy = _pretrained(cell, seed, settings, train, validation, measured, out_dir.parent / "pretrained")
         trainer = None
         if cell.run != "sl-only":
             world = workflow.scenario(settings, params_file, "analytical" if cell.run == "offline-rl" else "measured")
@@ -171,6 +176,27 @@ def run_cell(cell: Cell, seed: int, params_file: str | None, out_dir: Path) -> d
     write_json_atomic(path, result)
     checkpoint.unlink(missing_ok=True)
     return result
+
+
+def _pretrained(cell: Cell, seed: int, settings: LearnSettings, train: list[Trace], validation: list[Trace],
+                measured: Scenario, store: Path) -> DL2Policy:
+    """The cell's pretrained policy, shared by every cell of the group that pretrains alike (most change only
+    fine-tuning): stored under `store`, keyed by the preset, the `learn` and `pretrain` sections and the seed."""
+    from dataclasses import asdict
+
+    from dl2.learn import workflow
+    from dl2.learn.agent import DL2Policy
+    from dl2.learn.pretrain import pretrain
+
+    key = json.dumps({"preset": asdict(measured.preset), "learn": cell.params.get("learn", {}),
+                      "pretrain": cell.params.get("pretrain", {}), "seed": seed}, sort_keys=True)
+    path = store / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.pt"
+    if path.is_file():
+        return DL2Policy.load(path)
+    policy, _ = pretrain(train, validation, measured, workflow.network(settings),
+                         replace(workflow.pretrain_config(cell.params), seed=seed))
+    policy.save(path, extra={"stage": "ablate", "key": key})
+    return policy
 
 
 def run_plans(plans: list[AblationPlan], params_file: str | None, cells_dir: str | Path,

@@ -7,9 +7,12 @@ the key. Training and validation traces come from one seed and never overlap.
 from __future__ import annotations
 
 import hashlib
+import os
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, fields, replace
+from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 import pandas as pd
@@ -97,6 +100,7 @@ class FinetunePlan:
     runs: tuple[str, ...]
     seeds: tuple[int, ...]
     backend: str = "sim"  # where training runs: the simulator, or the Kubernetes testbed (k8s)
+    workers: int = 1  # runs trained at once, each in its own process (simulator only)
 
     def items(self) -> list[tuple[str, int, RLConfig]]:
         """(run, seed, that run's configuration) for every run and seed."""
@@ -104,7 +108,7 @@ class FinetunePlan:
 
 
 def finetune_config(params: Mapping[str, Any], where: str = "params.yaml") -> RLConfig:
-    section = {k: v for k, v in (params.get("finetune") or {}).items() if k not in ("runs", "seeds", "backend")}
+    section = {k: v for k, v in (params.get("finetune") or {}).items() if k not in ("runs", "seeds", "backend", "workers")}
     return _typed(RLConfig, section, "finetune", where)
 
 
@@ -128,7 +132,10 @@ def finetune_plan(params: Mapping[str, Any], where: str = "params.yaml") -> Fine
     backend = section.get("backend", "sim")
     if backend not in BACKENDS:
         raise Dl2Error(f"{where}: finetune.backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
-    return FinetunePlan(finetune_config(params, where), tuple(runs), tuple(seeds), backend)
+    workers = section.get("workers", 0)
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 0:
+        raise Dl2Error(f"{where}: finetune.workers: expected a non-negative integer (0: one per core), got {workers!r}")
+    return FinetunePlan(finetune_config(params, where), tuple(runs), tuple(seeds), backend, workers or os.cpu_count() or 1)
 
 
 def model_name(run: str, seed: int) -> str:
@@ -187,6 +194,32 @@ def finetune_run(name: str, settings: LearnSettings, rl: RLConfig, pretrained: D
                           make_env=environment_factory(backend, name))
     history = trainer.train(checkpoint=checkpoint, on_row=on_row)
     return trainer.policy, history.assign(run=name)
+
+
+def finetune_all(plan: FinetunePlan, settings: LearnSettings, pretrained: DL2Policy, checkpoints: Path,
+                 params_file: str | None = None, on_row: Callable[[str, dict], None] | None = None,
+                 ) -> Iterator[tuple[str, int, DL2Policy, pd.DataFrame]]:
+    """Every (run, seed) of `plan`, as (run, seed, policy, history) in plan order; `on_row(model, row)` per
+    validation row. On the simulator, `plan.workers` runs train at once in separate processes (each run
+    seeds itself, so the results are those of one process) and their rows are passed on as each run ends."""
+    jobs = plan.items()
+    if plan.backend != "sim" or min(plan.workers, len(jobs)) <= 1:
+        for name, seed, config in jobs:
+            model = model_name(name, seed)
+            row_log = None if on_row is None else (lambda row, model=model: on_row(model, row))
+            policy, history = finetune_run(name, settings, config, pretrained, checkpoints / f"{model}.ckpt", params_file,
+                                           row_log, plan.backend)
+            yield name, seed, policy, history
+        return
+    with ProcessPoolExecutor(max_workers=min(plan.workers, len(jobs)), mp_context=get_context("spawn")) as pool:
+        futures = [pool.submit(finetune_run, name, settings, config, pretrained, checkpoints / f"{model_name(name, seed)}.ckpt",
+                               params_file) for name, seed, config in jobs]
+        for (name, seed, _), future in zip(jobs, futures):
+            policy, history = future.result()
+            if on_row is not None:
+                for row in history.drop(columns="run").to_dict(orient="records"):
+                    on_row(model_name(name, seed), row)
+            yield name, seed, policy, history
 
 
 def _weights_digest(policy: DL2Policy) -> str:
