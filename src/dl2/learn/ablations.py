@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
@@ -84,9 +83,7 @@ def plan(params: Mapping[str, Any], axis: str, where: str = "params.yaml") -> Ab
         raise Dl2Error(f"{where}: ablations.axes: no axis {axis!r} (known: {', '.join(axes) or 'none'})")
     spec = axes[axis] or {}
     seeds = workflow.seed_list(section.get("seeds", [0]), "ablations.seeds", where)
-    workers = section.get("workers", 0)
-    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 0:
-        raise Dl2Error(f"{where}: ablations.workers: expected a non-negative integer (0: one per core), got {workers!r}")
+    workers = workflow.worker_count(section.get("workers", 0), "ablations.workers", where)
     cells_spec = spec.get("cells") or {}
     if not cells_spec:
         raise Dl2Error(f"{where}: ablations.axes.{axis}.cells: expected at least one cell")
@@ -112,7 +109,7 @@ def plan(params: Mapping[str, Any], axis: str, where: str = "params.yaml") -> Ab
     reference = str(spec.get("reference", cells[0].label))
     if reference not in {c.label for c in cells}:
         raise Dl2Error(f"{where}: ablations.axes.{axis}.reference: {reference!r} is not one of the axis's cells")
-    return AblationPlan(axis, tuple(cells), reference, tuple(seeds), workers or os.cpu_count() or 1)
+    return AblationPlan(axis, tuple(cells), reference, tuple(seeds), workers)
 
 
 def _merge(base: Mapping[str, Any], overrides: Mapping[str, Any], where: str) -> dict:

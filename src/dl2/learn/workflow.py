@@ -120,6 +120,13 @@ def seed_list(seeds: Any, key: str, where: str) -> list[int]:
     return seeds
 
 
+def worker_count(workers: Any, key: str, where: str) -> int:
+    """`workers` checked as a non-negative integer (errors name `key`); 0 means one per CPU core."""
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 0:
+        raise Dl2Error(f"{where}: {key}: expected a non-negative integer (0: one per core), got {workers!r}")
+    return workers or os.cpu_count() or 1
+
+
 def finetune_plan(params: Mapping[str, Any], where: str = "params.yaml") -> FinetunePlan:
     """The `finetune` section: the RL configuration plus `runs` (default: all of `RUNS`) and `seeds`."""
     section = params.get("finetune") or {}
@@ -132,10 +139,8 @@ def finetune_plan(params: Mapping[str, Any], where: str = "params.yaml") -> Fine
     backend = section.get("backend", "sim")
     if backend not in BACKENDS:
         raise Dl2Error(f"{where}: finetune.backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
-    workers = section.get("workers", 0)
-    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 0:
-        raise Dl2Error(f"{where}: finetune.workers: expected a non-negative integer (0: one per core), got {workers!r}")
-    return FinetunePlan(finetune_config(params, where), tuple(runs), tuple(seeds), backend, workers or os.cpu_count() or 1)
+    workers = worker_count(section.get("workers", 0), "finetune.workers", where)
+    return FinetunePlan(finetune_config(params, where), tuple(runs), tuple(seeds), backend, workers)
 
 
 def model_name(run: str, seed: int) -> str:
