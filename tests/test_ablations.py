@@ -1,6 +1,7 @@
 """Ablation plans from params.yaml, resuming a cell, and the reproduction report's claims."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -39,6 +40,14 @@ def test_a_cell_is_the_main_sections_then_the_scale_then_the_axis_base_then_its_
     assert none.params["finetune"]["replay"] == "off" and plan.reference == "on"
     assert on.digest(0) != on.digest(1) != none.digest(1)
     assert params["finetune"] == {"lr": 0.003, "updates": 200}, "planning must not change the params"
+
+
+def test_a_cells_digest_follows_what_it_computes_not_how_runs_are_scheduled():
+    cell = ab.plan(PARAMS, "pretraining").cells[0]
+    def with_finetune(**keys):
+        return replace(cell, params={**cell.params, "finetune": {**cell.params["finetune"], **keys}})
+    assert with_finetune(workers=3, seeds=[5], runs=["rl-only"]).digest(0) == cell.digest(0)
+    assert with_finetune(lr=0.5).digest(0) != cell.digest(0) != cell.digest(1)
 
 
 def _with(axis_spec=None, **section):
@@ -83,8 +92,6 @@ def test_a_stored_cell_result_is_reused_and_a_stale_one_is_not(tmp_path):
 
 
 def test_a_group_in_two_worker_processes_gives_the_results_of_one_process(tmp_path):
-    from dataclasses import replace
-
     def sl_only_plans(workers):  # two axes of one group, cheap cells (pretraining only)
         pretraining = ab.plan(PARAMS, "pretraining")
         job_type = ab.plan(PARAMS, "job-type")

@@ -15,9 +15,7 @@ import copy
 import hashlib
 import json
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
-from multiprocessing import get_context
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -25,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from dl2.errors import Dl2Error
+from dl2.learn.processes import run_jobs
 from dl2.paths import write_json_atomic
 
 if TYPE_CHECKING:
@@ -46,9 +45,16 @@ class Cell:
     run: str
     params: dict  # learn, pretrain, finetune sections after every override
 
-    def digest(self, seed: int) -> str:
-        """Identifies what this cell computes with `seed`: a stored result with another digest is stale."""
-        text = json.dumps({"run": self.run, "params": self.params, "seed": seed}, sort_keys=True)
+    def digest(self, seed: int, params_file: str | None = None) -> str:
+        """Identifies what this cell computes with `seed`: a stored result with another digest is stale. It
+        hashes the typed settings the cell trains with and its preset, so keys that change only how runs are
+        scheduled (`finetune.workers`, `runs`, `seeds`) leave stored results valid."""
+        from dl2.config import get_preset
+        from dl2.learn import workflow
+
+        settings = workflow.learn_settings(self.params)
+        text = repr((self.run, get_preset(settings.preset, params_file), settings, workflow.pretrain_config(self.params),
+                     workflow.finetune_config(self.params), seed))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -137,7 +143,7 @@ def run_cell(cell: Cell, seed: int, params_file: str | None, out_dir: Path) -> d
     from dl2.sim.run import simulate
 
     path = out_dir / f"{cell.label}-s{seed}.json"
-    digest = cell.digest(seed)
+    digest = cell.digest(seed, params_file)
     if path.is_file():
         stored = json.loads(path.read_text())
         if stored.get("digest") == digest:
@@ -205,20 +211,14 @@ def run_plans(plans: list[AblationPlan], params_file: str | None, cells_dir: str
     jobs = [(plan.axis, cell, seed) for plan in plans for cell in plan.cells for seed in plan.seeds]
     for plan in plans:
         (Path(cells_dir) / plan.axis).mkdir(parents=True, exist_ok=True)
-    workers = min(max((plan.workers for plan in plans), default=1), len(jobs))
+    workers = max((plan.workers for plan in plans), default=1)
     bar = tqdm(total=len(jobs), desc="ablation cells", disable=not progress)
     results: dict[tuple[str, str, int], dict] = {}
-    if workers <= 1:  # in this process: no interpreter to start
-        for axis, cell, seed in jobs:
-            results[axis, cell.label, seed] = run_cell(cell, seed, params_file, Path(cells_dir) / axis)
-            bar.update()
-    else:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
-            futures = {pool.submit(run_cell, cell, seed, params_file, Path(cells_dir) / axis): (axis, cell.label, seed)
-                       for axis, cell, seed in jobs}
-            for future in as_completed(futures):
-                results[futures[future]] = future.result()
-                bar.update()
+    args = [(cell, seed, params_file, Path(cells_dir) / axis) for axis, cell, seed in jobs]
+    for index, result in run_jobs(run_cell, args, workers, in_order=False):
+        axis, cell, seed = jobs[index]
+        results[axis, cell.label, seed] = result
+        bar.update()
     bar.close()
     return {plan.axis: [results[plan.axis, cell.label, seed] for cell in plan.cells for seed in plan.seeds] for plan in plans}
 

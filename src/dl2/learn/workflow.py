@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, fields, replace
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
@@ -23,6 +21,7 @@ from dl2.errors import Dl2Error
 from dl2.learn.agent import DL2Policy
 from dl2.learn.nets import NET_PRESETS, NetConfig, net_config
 from dl2.learn.pretrain import PretrainConfig
+from dl2.learn.processes import run_jobs
 from dl2.learn.rl import RLConfig, Trainer
 from dl2.sim.scenario import Scenario, SimOptions
 from dl2.workload.traces import ARRIVAL_PATTERNS, Trace, generate_trace
@@ -208,23 +207,17 @@ def finetune_all(plan: FinetunePlan, settings: LearnSettings, pretrained: DL2Pol
     validation row. On the simulator, `plan.workers` runs train at once in separate processes (each run
     seeds itself, so the results are those of one process) and their rows are passed on as each run ends."""
     jobs = plan.items()
-    if plan.backend != "sim" or min(plan.workers, len(jobs)) <= 1:
-        for name, seed, config in jobs:
-            model = model_name(name, seed)
-            row_log = None if on_row is None else (lambda row, model=model: on_row(model, row))
-            policy, history = finetune_run(name, settings, config, pretrained, checkpoints / f"{model}.ckpt", params_file,
-                                           row_log, plan.backend)
-            yield name, seed, policy, history
-        return
-    with ProcessPoolExecutor(max_workers=min(plan.workers, len(jobs)), mp_context=get_context("spawn")) as pool:
-        futures = [pool.submit(finetune_run, name, settings, config, pretrained, checkpoints / f"{model_name(name, seed)}.ckpt",
-                               params_file) for name, seed, config in jobs]
-        for (name, seed, _), future in zip(jobs, futures):
-            policy, history = future.result()
-            if on_row is not None:
-                for row in history.drop(columns="run").to_dict(orient="records"):
-                    on_row(model_name(name, seed), row)
-            yield name, seed, policy, history
+    workers = plan.workers if plan.backend == "sim" else 1
+    live = on_row is not None and min(workers, len(jobs)) <= 1  # rows as they come, in this process
+    args = [(name, settings, config, pretrained, checkpoints / f"{model_name(name, seed)}.ckpt", params_file,
+             (lambda row, model=model_name(name, seed): on_row(model, row)) if live else None, plan.backend)
+            for name, seed, config in jobs]
+    for index, (policy, history) in run_jobs(finetune_run, args, workers):
+        name, seed, _ = jobs[index]
+        if on_row is not None and not live:
+            for row in history.drop(columns="run").to_dict(orient="records"):
+                on_row(model_name(name, seed), row)
+        yield name, seed, policy, history
 
 
 def _weights_digest(policy: DL2Policy) -> str:
