@@ -143,6 +143,24 @@ def test_ppo_improves_a_policy_that_mostly_does_nothing():
     assert {"policy_loss", "value_loss", "entropy", "mean_reward"} <= set(history.columns)
 
 
+def test_fine_tuning_keeps_the_weights_that_did_best_on_the_selection_traces():
+    train, validation, selection = (_traces(RL_SCENARIO, n, seed=k) for k, n in enumerate((8, 2, 3)))
+    config = RLConfig(algorithm="ppo", updates=12, num_envs=4, lr=3e-3, entropy=0.01, batch_size=128, rollout_length=32,
+                      replay="off", exploration="off", critic="slot", shaping="env", validate_every=2,
+                      checkpoint_every=1000, seed=0)
+    trainer = Trainer(_void_loving_policy(seed=0), train, validation, RL_SCENARIO, config, selection=selection)
+    history = trainer.train()
+    best = history.loc[history.select_jct.idxmin()]
+    assert trainer.chosen_update == best["update"]
+    chosen = trainer.chosen_policy()
+    assert np.mean(run_policy(chosen, selection, RL_SCENARIO, greedy=True).avg_jct) == best["select_jct"]
+    assert np.mean(run_policy(trainer.policy, selection, RL_SCENARIO, greedy=True).avg_jct) == history.iloc[-1]["select_jct"]
+    if best["update"] != history.iloc[-1]["update"]:  # kept from earlier: not the weights training ended with
+        assert not all(torch.equal(a, b) for a, b in zip(chosen.net.state_dict().values(), trainer.policy.net.state_dict().values()))
+    without = Trainer(_void_loving_policy(seed=0), train, validation, RL_SCENARIO, replace(config, updates=2))
+    assert "select_jct" not in without.train() and without.chosen_policy() is without.policy and without.chosen_update == 2
+
+
 def test_per_action_rewards_pay_each_decision_its_jobs_share():
     train, validation = _traces(RL_SCENARIO, 4, seed=0), _traces(RL_SCENARIO, 2, seed=1)
     config = RLConfig(updates=3, num_envs=2, lr=0.0, batch_size=16, replay="uniform", learn_start=16, exploration="off",
@@ -200,7 +218,8 @@ def make_resume_trainer(exploration: str = "code", replay: str = "prioritized", 
     config = RLConfig(**{**dict(updates=RESUME_UPDATES, num_envs=3, lr=1e-3, entropy=0.05, batch_size=32, replay=replay,
                                 replay_size=512, learn_start=32, critic=critic, exploration=exploration, validate_every=20,
                                 checkpoint_every=RESUME_EVERY, seed=11, algorithm=algorithm), **ppo})
-    return Trainer(policy, train, validation, RESUME_SCENARIO, config)
+    selection = _traces(RESUME_SCENARIO, 1, seed=7) if algorithm == "ppo" else ()  # the kept weights resume too
+    return Trainer(policy, train, validation, RESUME_SCENARIO, config, selection=selection)
 
 
 def _assert_same_state(a: Trainer, b: Trainer):
@@ -213,6 +232,9 @@ def _assert_same_state(a: Trainer, b: Trainer):
     hb = pd.DataFrame(b.history).drop(columns="seconds")
     pd.testing.assert_frame_equal(ha, hb, check_exact=True)
     assert a.episode_jcts == b.episode_jcts
+    assert a.chosen_update == b.chosen_update
+    for x, y in zip(a.chosen_policy().net.state_dict().values(), b.chosen_policy().net.state_dict().values()):
+        assert torch.equal(x, y)
 
 
 @pytest.fixture(scope="module")
@@ -485,7 +507,7 @@ def test_finetune_run_resumes_only_its_own_checkpoint(tmp_path):
     pretrained = DL2Policy(workflow.network(settings), 8)
     checkpoint = tmp_path / "run.ckpt"
     policy, history = workflow.finetune_run("sl-rl", settings, rl, pretrained, checkpoint)
-    assert list(history["update"]) == [2, 4] and (history.run == "sl-rl").all()
+    assert list(history["update"]) == [2, 4] and (history.run == "sl-rl").all() and list(history.chosen) == [False, True]
     # the finished checkpoint is this run's: loading it trains nothing more and gives the same weights
     again, history_again = workflow.finetune_run("sl-rl", settings, rl, pretrained, checkpoint)
     for a, b in zip(policy.net.state_dict().values(), again.net.state_dict().values()):
@@ -495,6 +517,20 @@ def test_finetune_run_resumes_only_its_own_checkpoint(tmp_path):
     other = RLConfig(**{**rl.__dict__, "updates": 6})
     _, history_other = workflow.finetune_run("sl-rl", settings, other, pretrained, checkpoint)
     assert list(history_other["update"]) == [2, 4, 6]
+
+
+def test_selection_traces_are_neither_training_nor_validation_traces():
+    from dl2.learn import workflow
+
+    settings = workflow.LearnSettings(preset="paper", train_traces=2, validation_traces=2)
+    sc = workflow.scenario(settings)
+    train, validation = workflow.split_traces(settings, sc)
+    selection = workflow.selection_traces(settings, sc, 3)
+    assert len(selection) == 3 and workflow.selection_traces(settings, sc, 0) == []
+    seen = [tuple(t.arrival) + tuple(t.num_epochs) for t in train + validation]
+    assert all(tuple(t.arrival) + tuple(t.num_epochs) not in seen for t in selection)
+    more = workflow.split_traces(replace(settings, validation_traces=3), sc)[1][:2]
+    assert [tuple(t.num_epochs) for t in more] == [tuple(t.num_epochs) for t in validation], "adding traces keeps the earlier ones"
 
 
 def test_finetune_runs_in_worker_processes_end_as_in_one_process(tmp_path):

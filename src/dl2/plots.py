@@ -108,9 +108,14 @@ def fig9_bars(results: pd.DataFrame) -> plt.Figure:
 
 def fig10_curves(history: pd.DataFrame, lines: dict[str, float]) -> plt.Figure:
     """Paper Fig. 10: validation JCT (greedy) against training updates per run (mean ± sd over seeds),
-    with fixed references (e.g. DRF, SL only, the lower bound) as horizontal lines."""
+    with fixed references (e.g. DRF, SL only, the lower bound) as horizontal lines; a star marks each
+    seed's kept policy where the history has a `chosen` column."""
     fig, ax = plt.subplots(figsize=(8, 4))
-    sns.lineplot(history, x="update", y="val_jct_greedy", hue="run", marker="o", errorbar="sd", ax=ax)
+    runs = list(history.run.unique())
+    sns.lineplot(history, x="update", y="val_jct_greedy", hue="run", hue_order=runs, marker="o", errorbar="sd", ax=ax)
+    if "chosen" in history:
+        sns.scatterplot(history[history.chosen.astype(bool)], x="update", y="val_jct_greedy", hue="run", hue_order=runs,
+                        marker="*", s=250, edgecolor="black", legend=False, ax=ax)
     for (label, value), style in zip(lines.items(), ["-.", ":", "--", "-"]):
         ax.axhline(value, color="black" if label == "lower bound" else "gray", ls=style, lw=1, label=label)
     ax.set(title="Validation JCT during RL fine-tuning", xlabel="update", ylabel="average JCT (slots)")

@@ -163,12 +163,13 @@ def run_cell(cell: Cell, seed: int, params_file: str | None, out_dir: Path) -> d
         trainer = None
         if cell.run != "sl-only":
             world = workflow.scenario(settings, params_file, "analytical" if cell.run == "offline-rl" else "measured")
-            trainer = Trainer(policy, train, validation, world, replace(workflow.finetune_config(cell.params), seed=seed),
-                              validation_scenario=measured, tag=digest)
+            rl = replace(workflow.finetune_config(cell.params), seed=seed)
+            trainer = Trainer(policy, train, validation, world, rl, validation_scenario=measured, tag=digest,
+                              selection=workflow.selection_traces(settings, measured, rl.select_traces))
     history = pd.DataFrame()
     if trainer is not None:
         history = trainer.train(checkpoint=checkpoint)
-        policy = trainer.policy
+        policy = trainer.chosen_policy()
     greedy = run_policy(policy, validation, measured, greedy=True).avg_jct
     sampled = run_policy(policy, validation, measured, greedy=False, seed=seed).avg_jct
     bound = np.array([lower_bound_jct(t, measured).mean() for t in validation])

@@ -13,12 +13,15 @@ own effect (GAE over decisions, optional potential shaping; see `dl2.learn.ppo`)
 a clipped surrogate. One update = `rollout_length` decisions in every environment, then `ppo_epochs`
 passes over them.
 
-The trainer's whole state (networks, optimizers, environments, replay, random generators) is
-checkpointed, so a killed run resumes and, with the same seed, ends where an uninterrupted run ends.
+With selection traces (held out from training, and from validation), every validation also runs the
+policy greedily on them and the trainer keeps the weights that did best there; `chosen_policy()` returns
+those (early stopping by held-out JCT: fine-tuning is not monotone). The trainer's whole state (networks,
+optimizers, environments, replay, random generators, the best weights) is checkpointed, so a killed run resumes and, with the same seed, ends where an uninterrupted run ends.
 """
 
 from __future__ import annotations
 
+import copy
 import pickle
 from collections import deque
 import time
@@ -74,6 +77,7 @@ class RLConfig:
     lr_schedule: str = "constant"  # constant | linear (decays to 0 at the last update)
     validate_every: int = 100
     checkpoint_every: int = 100
+    select_traces: int = 0  # held-out traces to keep the best validated weights on (0: keep the last weights)
     seed: int = 0
 
     def __post_init__(self):
@@ -100,12 +104,15 @@ class Trainer:
 
     def __init__(self, policy: DL2Policy, train: Sequence[Trace], validation: Sequence[Trace], scenario: Scenario,
                  config: RLConfig, validation_scenario: Scenario | None = None, tag: str = "",
-                 make_env: Callable[..., DecisionEnv] = DecisionEnv):
+                 make_env: Callable[..., DecisionEnv] = DecisionEnv, selection: Sequence[Trace] = ()):
         """`validation_scenario` defaults to `scenario` (OfflineRL trains on analytical speeds, validates on
         measured ones); `tag` identifies the run, so a checkpoint of another run is never resumed;
         `make_env(traces, scenario, window, seed=...)` builds each training cluster (another backend's
-        environment with `DecisionEnv`'s interface plugs in here)."""
+        environment with `DecisionEnv`'s interface plugs in here); `selection`: the traces the kept weights
+        are chosen on (none: keep the last)."""
         self.config, self.policy, self.validation, self.scenario = config, policy, list(validation), scenario
+        self.selection = list(selection)
+        self.best: tuple[float, int, dict] | None = None  # (selection JCT, update, policy weights)
         self.validation_scenario = validation_scenario or scenario
         self.tag = tag
         torch.manual_seed(config.seed)
@@ -311,8 +318,25 @@ class Trainer:
                "val_jct_greedy": float(np.mean(greedy.avg_jct)),
                "train_jct_recent": float(np.mean(self.episode_jcts[-20:])) if self.episode_jcts else float("nan"),
                **self._last, "seconds": seconds}
+        if self.selection:
+            row["select_jct"] = float(np.mean(run_policy(self.policy, self.selection, self.validation_scenario, greedy=True).avg_jct))
+            if self.best is None or row["select_jct"] < self.best[0]:
+                self.best = (row["select_jct"], self.updates, copy.deepcopy(self.policy.net.state_dict()))
         self.history.append(row)
         return row
+
+    def chosen_policy(self) -> DL2Policy:
+        """The weights that did best on the selection traces, or the current ones without selection."""
+        if self.best is None:
+            return self.policy
+        chosen = DL2Policy.load_state(self.policy)
+        chosen.net.load_state_dict(self.best[2])
+        return chosen
+
+    @property
+    def chosen_update(self) -> int:
+        """The update whose weights `chosen_policy()` returns."""
+        return self.updates if self.best is None else self.best[1]
 
     def save(self, path: str | Path) -> None:
         """Checkpoint the whole trainer, atomically."""

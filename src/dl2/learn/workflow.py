@@ -166,6 +166,14 @@ def split_traces(settings: LearnSettings, sc: Scenario) -> tuple[list[Trace], li
     return traces[: settings.train_traces], traces[settings.train_traces:]
 
 
+def selection_traces(settings: LearnSettings, sc: Scenario, count: int) -> list[Trace]:
+    """`count` traces, from the seeds after `split_traces`'s, that fine-tuning keeps its best weights on:
+    never trained on, and apart from the validation traces, so validation stays an unbiased estimate."""
+    first = settings.train_traces + settings.validation_traces
+    seeds = np.random.SeedSequence(settings.seed).spawn(first + count)[first:]
+    return [generate_trace(sc.preset, sc.catalog, s, arrivals=settings.arrivals) for s in seeds]
+
+
 BACKENDS = ("sim", "k8s")
 
 RUNS = {  # name: (speed model the RL trains on, start from the pretrained policy)
@@ -178,7 +186,9 @@ RUNS = {  # name: (speed model the RL trains on, start from the pretrained polic
 def finetune_run(name: str, settings: LearnSettings, rl: RLConfig, pretrained: DL2Policy, checkpoint: Path,
                  params_file: str | None = None, on_row=None, backend: str = "sim") -> tuple[DL2Policy, pd.DataFrame]:
     """One RL run of `RUNS`, resuming from `checkpoint` when it holds this very run; training on the simulator
-    or the running Kubernetes testbed (`backend`), validation on the simulator with measured speeds."""
+    or the running Kubernetes testbed (`backend`), validation on the simulator with measured speeds. Returns
+    the chosen policy (`RLConfig.select_traces`) and the validation history, whose `chosen` column marks
+    the update it comes from."""
     from dl2.k8s.env import environment_factory
 
     speed_model, from_pretrained = RUNS[name]
@@ -195,9 +205,10 @@ def finetune_run(name: str, settings: LearnSettings, rl: RLConfig, pretrained: D
         torch.manual_seed(rl.seed)
         start = DL2Policy.load_state(pretrained) if from_pretrained else DL2Policy(network(settings), measured.preset.max_tasks)
         trainer = Trainer(start, train, validation, world, rl, validation_scenario=measured, tag=tag,
-                          make_env=environment_factory(backend, name))
+                          make_env=environment_factory(backend, name),
+                          selection=selection_traces(settings, measured, rl.select_traces))
     history = trainer.train(checkpoint=checkpoint, on_row=on_row)
-    return trainer.policy, history.assign(run=name)
+    return trainer.chosen_policy(), history.assign(run=name, chosen=history["update"] == trainer.chosen_update)
 
 
 def finetune_all(plan: FinetunePlan, settings: LearnSettings, pretrained: DL2Policy, checkpoints: Path,
@@ -215,7 +226,7 @@ def finetune_all(plan: FinetunePlan, settings: LearnSettings, pretrained: DL2Pol
     for index, (policy, history) in run_jobs(finetune_run, args, workers):
         name, seed, _ = jobs[index]
         if on_row is not None and not live:
-            for row in history.drop(columns="run").to_dict(orient="records"):
+            for row in history.drop(columns=["run", "chosen"]).to_dict(orient="records"):
                 on_row(model_name(name, seed), row)
         yield name, seed, policy, history
 
