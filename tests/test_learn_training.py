@@ -148,13 +148,16 @@ def test_fine_tuning_keeps_the_weights_that_did_best_on_the_selection_traces():
     config = RLConfig(algorithm="ppo", updates=12, num_envs=4, lr=3e-3, entropy=0.01, batch_size=128, rollout_length=32,
                       replay="off", exploration="off", critic="slot", shaping="env", validate_every=2,
                       checkpoint_every=1000, seed=0)
-    trainer = Trainer(_void_loving_policy(seed=0), train, validation, RL_SCENARIO, config, selection=selection)
+    world = Scenario(RL_SCENARIO.preset, replace(RL_SCENARIO.options, speed_model="analytical"))  # as OfflineRL's
+    trainer = Trainer(_void_loving_policy(seed=0), train, validation, world, config, validation_scenario=RL_SCENARIO,
+                      selection=selection)
     history = trainer.train()
     best = history.loc[history.select_jct.idxmin()]
     assert trainer.chosen_update == best["update"]
-    chosen = trainer.chosen_policy()
-    assert np.mean(run_policy(chosen, selection, RL_SCENARIO, greedy=True).avg_jct) == best["select_jct"]
-    assert np.mean(run_policy(trainer.policy, selection, RL_SCENARIO, greedy=True).avg_jct) == history.iloc[-1]["select_jct"]
+    chosen = trainer.chosen_policy()  # chosen in the world it trains in, never on the validation world's speeds
+    assert np.mean(run_policy(chosen, selection, world, greedy=True).avg_jct) == best["select_jct"]
+    assert np.mean(run_policy(trainer.policy, selection, world, greedy=True).avg_jct) == history.iloc[-1]["select_jct"]
+    assert np.mean(run_policy(trainer.policy, selection, RL_SCENARIO, greedy=True).avg_jct) != history.iloc[-1]["select_jct"]
     if best["update"] != history.iloc[-1]["update"]:  # kept from earlier: not the weights training ended with
         assert not all(torch.equal(a, b) for a, b in zip(chosen.net.state_dict().values(), trainer.policy.net.state_dict().values()))
     without = Trainer(_void_loving_policy(seed=0), train, validation, RL_SCENARIO, replace(config, updates=2))

@@ -14,9 +14,13 @@ a clipped surrogate. One update = `rollout_length` decisions in every environmen
 passes over them.
 
 With selection traces (held out from training, and from validation), every validation also runs the
-policy greedily on them and the trainer keeps the weights that did best there; `chosen_policy()` returns
-those (early stopping by held-out JCT: fine-tuning is not monotone). The trainer's whole state (networks,
-optimizers, environments, replay, random generators, the best weights) is checkpointed, so a killed run resumes and, with the same seed, ends where an uninterrupted run ends.
+policy greedily on them, in the training world (OfflineRL never sees measured speeds), and the trainer
+keeps the weights that did best there; `chosen_policy()` returns those (early stopping by held-out JCT:
+fine-tuning is not monotone).
+
+The trainer's whole state (networks, optimizers, environments, replay, random generators, the best
+weights) is checkpointed, so a killed run resumes and, with the same seed, ends where an uninterrupted
+run ends.
 """
 
 from __future__ import annotations
@@ -319,7 +323,7 @@ class Trainer:
                "train_jct_recent": float(np.mean(self.episode_jcts[-20:])) if self.episode_jcts else float("nan"),
                **self._last, "seconds": seconds}
         if self.selection:
-            row["select_jct"] = float(np.mean(run_policy(self.policy, self.selection, self.validation_scenario, greedy=True).avg_jct))
+            row["select_jct"] = float(np.mean(run_policy(self.policy, self.selection, self.scenario, greedy=True).avg_jct))
             if self.best is None or row["select_jct"] < self.best[0]:
                 self.best = (row["select_jct"], self.updates, copy.deepcopy(self.policy.net.state_dict()))
         self.history.append(row)
