@@ -1,0 +1,42 @@
+"""The committed full-scale results (`data/published/`): DVC metrics that follow from the committed raw results."""
+
+import json
+
+import pandas as pd
+import pytest
+import yaml
+
+from dl2.learn import ablations as ab
+from dl2.learn.evaluate import summary_table
+from dl2.paths import repo_root
+
+PUBLISHED = repo_root() / "data" / "published"
+TOP_LEVEL_METRICS = yaml.safe_load((repo_root() / "dvc.yaml").read_text()).get("metrics", [])
+
+
+def test_every_published_metrics_file_is_a_dvc_metric_and_documented():
+    files = sorted(p.relative_to(repo_root()).as_posix() for p in PUBLISHED.rglob("*.json"))
+    assert files and files == sorted(TOP_LEVEL_METRICS)
+    readme = (PUBLISHED / "README.md").read_text()
+    assert all(f"## `{f.split('/')[2]}/`" in readme for f in files), "each folder has a section: its command and files"
+
+
+@pytest.mark.parametrize("preset", ["paper", "dev"])
+def test_published_evaluation_metrics_follow_from_its_per_trace_results(preset):
+    folder = PUBLISHED / preset
+    metrics = json.loads((folder / "metrics.json").read_text())
+    table = summary_table(pd.read_csv(folder / "results.csv")).set_index("policy")
+    assert {p for p in metrics if isinstance(metrics[p], dict)} == set(table.index)
+    for policy, row in table.iterrows():
+        assert metrics[policy]["avg_jct"] == round(row.avg_jct, 6) and metrics[policy]["seeds"] == row.seeds
+
+
+def test_published_ablation_metrics_follow_from_its_per_seed_results():
+    metrics = json.loads((PUBLISHED / "ablations" / "ablate-model.json").read_text())
+    for axis, entry in metrics.items():
+        results = pd.read_csv(PUBLISHED / "ablations" / axis / "results.csv", dtype={"cell": str})
+        summary = ab.summary(results, entry["reference"]).set_index("cell")
+        assert set(entry["cells"]) == set(summary.index) and entry["seeds"] == results.seed.nunique()
+        for cell, values in entry["cells"].items():
+            assert values["jct"] == round(summary.loc[cell, "jct"], 6)
+            assert values["vs_reference"] == round(summary.loc[cell, "vs_reference"], 6)
