@@ -245,6 +245,13 @@ def summary(results: pd.DataFrame, reference: str) -> pd.DataFrame:
     return table
 
 
+def axis_metrics(table: pd.DataFrame, reference: str, seeds: int) -> dict:
+    """An axis's entry in the `ablate` stage's DVC metrics, from `summary`'s table."""
+    return {"reference": reference, "seeds": seeds,
+            "cells": {r.cell: {"jct": round(r.jct, 6), "sd": round(r.sd, 6), "ratio_to_bound": round(r.ratio_to_bound, 6),
+                               "vs_reference": round(r.vs_reference, 6)} for r in table.itertuples()}}
+
+
 def curves(results: list[dict]) -> pd.DataFrame:
     """The learning curves: validation JCT against update, per cell and seed."""
     frames = [pd.DataFrame(r["history"]).assign(cell=r["cell"], seed=r["seed"]) for r in results if r["history"]]

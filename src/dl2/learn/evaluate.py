@@ -54,6 +54,12 @@ def summary_table(results: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+def summary_metrics(table: pd.DataFrame) -> dict[str, dict]:
+    """The `evaluate` stage's DVC metrics per policy, from `summary_table`'s table."""
+    return {r.policy: {"avg_jct": round(r.avg_jct, 6), "seed_sd": round(r.seed_sd, 6), "seeds": int(r.seeds),
+                       "ratio_to_bound": round(r.ratio_to_bound, 6)} for r in table.itertuples()}
+
+
 def _rows(policy: str, seed: int, jct: np.ndarray, bound: np.ndarray) -> list[dict]:
     return [{"policy": policy, "seed": seed, "trace": i, "avg_jct": float(j), "lower_bound": float(b),
              "ratio_to_bound": float(j / b)} for i, (j, b) in enumerate(zip(jct, bound))]
