@@ -105,6 +105,23 @@ def test_a_group_in_two_worker_processes_gives_the_results_of_one_process(tmp_pa
     assert (tmp_path / "parallel" / "job-type" / "integer-s0.json").is_file()
 
 
+def test_cells_that_compute_the_same_in_two_axes_train_once(tmp_path, monkeypatch):
+    pretraining = ab.plan(PARAMS, "pretraining")
+    sl_only = next(c for c in pretraining.cells if c.run == "sl-only")
+    plans = [replace(pretraining, cells=(sl_only,), workers=1),
+             replace(pretraining, axis="again", cells=(replace(sl_only, axis="again", label="same"),), workers=1)]
+    trained = []
+    run_cell = ab.run_cell
+    monkeypatch.setattr(ab, "run_cell", lambda cell, *args: trained.append(cell.label) or run_cell(cell, *args))
+    results = ab.run_plans(plans, None, tmp_path, progress=False)
+    assert trained == ["sl-only"]
+    (first,), (again,) = results["pretraining"], results["again"]
+    assert (again["axis"], again["cell"]) == ("again", "same") and again["val_jct_greedy"] == first["val_jct_greedy"]
+    assert json.loads((tmp_path / "again" / "same-s0.json").read_text()) == again
+    trained.clear()
+    assert ab.run_plans(plans, None, tmp_path, progress=False) == results and trained == ["sl-only"]  # resumed as stored
+
+
 def test_cells_that_pretrain_alike_share_one_pretrained_policy_and_the_result_is_the_same(tmp_path):
     prioritized, uniform = ab.plan(PARAMS, "replay").cells[:2]  # they differ only in fine-tuning
     ab.run_cell(prioritized, 0, None, tmp_path / "shared" / "replay")

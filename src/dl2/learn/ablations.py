@@ -6,7 +6,8 @@ and the axis's own `base`), plus the `run` it trains: `sl-rl` (DL2), `rl-only`, 
 policy alone). Every cell runs once per seed in `ablations.seeds`; the seed drives pretraining and
 fine-tuning alike. Each (cell, seed) writes its result as soon as it ends, so an interrupted axis resumes
 where it stopped, and independent cells run in parallel processes. Cells that pretrain alike (most change
-only fine-tuning) share one pretrained policy per seed.
+only fine-tuning) share one pretrained policy per seed, and cells that compute the same (the reference
+cells of several axes, say) train once.
 """
 
 from __future__ import annotations
@@ -212,16 +213,29 @@ def run_plans(plans: list[AblationPlan], params_file: str | None, cells_dir: str
     jobs = [(plan.axis, cell, seed) for plan in plans for cell in plan.cells for seed in plan.seeds]
     for plan in plans:
         (Path(cells_dir) / plan.axis).mkdir(parents=True, exist_ok=True)
+    digests = [cell.digest(seed, params_file) for _, cell, seed in jobs]
+    trains = {digest: index for index, digest in reversed(list(enumerate(digests)))}  # the first job of each digest
     workers = max((plan.workers for plan in plans), default=1)
     bar = tqdm(total=len(jobs), desc="ablation cells", disable=not progress)
     results: dict[tuple[str, str, int], dict] = {}
-    args = [(cell, seed, params_file, Path(cells_dir) / axis) for axis, cell, seed in jobs]
-    for index, result in run_jobs(run_cell, args, workers, in_order=False):
-        axis, cell, seed = jobs[index]
-        results[axis, cell.label, seed] = result
-        bar.update()
+    unique = sorted(trains.values())
+    args = [(jobs[i][1], jobs[i][2], params_file, Path(cells_dir) / jobs[i][0]) for i in unique]
+    for k, result in run_jobs(run_cell, args, workers, in_order=False):
+        for index, (axis, cell, seed) in enumerate(jobs):
+            if digests[index] == digests[unique[k]]:
+                results[axis, cell.label, seed] = _as_cell(result, axis, cell, seed, Path(cells_dir) / axis)
+                bar.update()
     bar.close()
     return {plan.axis: [results[plan.axis, cell.label, seed] for cell in plan.cells for seed in plan.seeds] for plan in plans}
+
+
+def _as_cell(result: dict, axis: str, cell: Cell, seed: int, out_dir: Path) -> dict:
+    """`result`, trained by a cell that computes the same (the same digest), stored as `cell`'s own."""
+    if (result["axis"], result["cell"]) == (axis, cell.label):
+        return result
+    mine = {**result, "axis": axis, "cell": cell.label}
+    write_json_atomic(out_dir / f"{cell.label}-s{seed}.json", mine)
+    return mine
 
 
 def results_table(results: list[dict]) -> pd.DataFrame:

@@ -5,7 +5,8 @@ per round, batched through the policy. Every decision of a slot gets that slot's
 target is the slot reward (the authors' code) or the discounted TD target r + gamma * V(next slot's first
 state) (the paper); without a critic a moving-average baseline stands in. After every `num_envs`
 completed slots, one update: a batch from the replay, advantage = target - V(s) (scaled by importance
-weights when prioritized), policy gradient with an entropy bonus, value regression.
+weights when prioritized), policy gradient with an entropy bonus averaged over the `3W+1` actions (the
+authors' code: beta = 0.1 weighs it as theirs does), value regression.
 
 `algorithm: ppo` is dl2's own: the same environments, network, slot reward and critic targets (`critic:
 slot` means no discounting across slots, as in the authors' code), but each decision is credited with its
@@ -307,7 +308,8 @@ class Trainer:
         probs = log_probs.exp()
         entropy = -(probs * log_probs.masked_fill(~masks, 0.0)).sum(-1)
         weighted = advantages * torch.from_numpy(weights).float()
-        loss = -(weighted * chosen).mean() - c.entropy * entropy.mean()
+        # as in the authors' code, the entropy term averages over the actions as well as the samples
+        loss = -(weighted * chosen).mean() - c.entropy * entropy.mean() / masks.shape[-1]
         self.policy_opt.zero_grad()
         loss.backward()
         self.policy_opt.step()
