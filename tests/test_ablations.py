@@ -150,19 +150,27 @@ def test_convergence_is_the_first_update_within_five_percent_of_the_best():
     assert ab.convergence(curve).iloc[0].to_dict() == {"cell": "8", "seed": 0, "update": 20, "decisions": 2}
 
 
-@pytest.mark.parametrize("paper, ours, expected", [(0.3, 0.28, "reproduced"), (0.3, 0.5, "reproduced"), (0.3, 0.1, "direction only"),
-                                                   (0.3, -0.1, "not reproduced"), (0.3, float("nan"), "not run")])
-def test_a_claims_status(paper, ours, expected):
-    assert rep.status(paper, ours) == expected
+@pytest.mark.parametrize("paper, ours, every_seed, expected", [
+    (0.3, 0.28, True, "reproduced"), (0.3, 0.5, True, "reproduced"), (0.3, 0.1, True, "direction only"),
+    (0.3, 0.1, False, "not reproduced"), (0.3, -0.1, True, "not reproduced"), (0.3, float("nan"), True, "not run")])
+def test_a_claims_status(paper, ours, every_seed, expected):
+    assert rep.status(paper, ours, every_seed) == expected
 
 
-def test_table2_claims_read_the_ablations_cells_without_the_part():
-    tables = {"replay": pd.DataFrame({"cell": ["prioritized", "off"], "vs_reference": [0.0, 0.25]}),
-              "critic": pd.DataFrame({"cell": ["slot", "off"], "vs_reference": [0.0, -0.02]})}
-    claims = {c["claim"].split(":")[0]: c for c in rep.table2_claims(tables, {"per_action_reward": 0.291, "no_critic": 0.211,
-                                                                              "no_job_aware_exploration": 0.288, "no_experience_replay": 0.396})}
-    assert claims["no experience replay"]["ours"] == 0.25 and claims["no experience replay"]["status"] == "direction only"
-    assert claims["no critic"]["status"] == "not reproduced" and claims["per action reward"]["status"] == "not run"
+def test_table2_claims_read_the_ablations_cells_without_the_part_seed_by_seed():
+    jcts = {"replay": {"prioritized": (6.0, 8.0), "off": (7.0, 10.0)},   # worse in both seeds
+            "critic": {"slot": (6.0, 8.0), "off": (7.2, 7.8)},           # worse on average, better in seed 1
+            "reward": {"slot": (6.0, 8.0), "job": (5.9, 7.0)}}           # better
+    results = {axis: pd.DataFrame([{"cell": c, "seed": s, "val_jct_greedy": j, "val_jct_sampled": j, "lower_bound": 5.0, "optimus": 6.5}
+                                   for c, js in cells.items() for s, j in enumerate(js)]) for axis, cells in jcts.items()}
+    tables = {axis: ab.summary(frame, next(iter(jcts[axis]))) for axis, frame in results.items()}
+    paper = {"per_action_reward": 0.291, "no_critic": 0.211, "no_job_aware_exploration": 0.288, "no_experience_replay": 0.396}
+    claims = {c["claim"].split(":")[0]: c for c in rep.table2_claims(tables, paper, results)}
+    assert claims["no experience replay"]["ours"] == pytest.approx(17 / 14 - 1)
+    assert claims["no experience replay"]["status"] == "direction only" and claims["no experience replay"]["every_seed"]
+    assert claims["no critic"]["ours"] == pytest.approx(0.0714, abs=1e-3) and claims["no critic"]["status"] == "not reproduced"
+    assert claims["per action reward"]["status"] == "not reproduced"
+    assert claims["no job aware exploration"]["status"] == "not run" and claims["no job aware exploration"]["every_seed"] is None
 
 
 def test_the_html_report_is_one_self_contained_page():

@@ -610,3 +610,10 @@ def test_no_stray_files_in_cwd(tmp_path, capsys, monkeypatch):
     msg = run_error(capsys, ["simulate", "--trace", "bad.csv", "--policy", "fifo", "--jobs-out", "jobs.csv"])
     assert "bad.csv:2:" in msg
     assert sorted(os.listdir(tmp_path)) == ["bad.csv"]
+
+
+def test_only_the_reproduction_stage_reports_on_the_published_results(capsys, tmp_path):
+    data = tmp_path / "data"
+    msg = run_error(capsys, ["stage", "baselines", "--published", "--data-dir", str(data)])
+    assert "--published" in msg and "reproduction" in msg
+    assert not data.exists()

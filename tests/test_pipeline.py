@@ -92,7 +92,7 @@ def test_dvc_repro_runs_once_then_only_what_a_parameter_touches(tmp_path, monkey
     store = MlflowClient(f"sqlite:///{copy / 'mlflow.db'}")
     every_run = store.search_runs([store.get_experiment_by_name("dl2").experiment_id])
     runs = [r for r in every_run if "dl2.cell" not in r.data.tags]
-    expected = [s for s in STAGES if s != "ablate"] + ["ablate"] * len(groups)
+    expected = [s for s in STAGES if s != "ablate"] + ["ablate"] * len(groups) + ["reproduction"]  # and on the published results
     assert sorted(r.data.tags["dl2.stage"] for r in runs) == sorted(expected)
     for run in runs:
         assert run.info.status == "FINISHED"
@@ -119,6 +119,12 @@ def test_dvc_repro_runs_once_then_only_what_a_parameter_touches(tmp_path, monkey
     assert {"Fig. 9", "Table 2"} <= set(claims.source) and set(claims.status) <= {"reproduced", "direction only", "not reproduced"}
     report_html = (copy / "data" / "reproduction" / "report.html").read_text()
     assert report_html.startswith("<!DOCTYPE html>") and "data:image/png;base64," in report_html
+
+    # the same report on the committed full-scale results, which hold every Table 2 axis
+    assert "Running stage 'reproduction-published'" in first
+    published = pd.read_csv(copy / "data" / "reproduction-published" / "claims.csv")
+    assert {"Fig. 9", "Table 2"} <= set(published.source) and "not run" not in set(published.status)
+    assert "committed full-scale results" in (copy / "data" / "reproduction-published" / "report.html").read_text()
 
     # numba caches compiled code beside the sources the stages depend on: that is not a change
     (copy / "src" / "dl2" / "sim" / "__pycache__").mkdir(exist_ok=True)

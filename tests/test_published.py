@@ -29,8 +29,12 @@ def test_published_evaluation_metrics_follow_from_its_per_trace_results(preset):
     assert per_policy == summary_metrics(summary_table(pd.read_csv(folder / "results.csv")))
 
 
-def test_published_ablation_metrics_follow_from_its_per_seed_results():
-    metrics = json.loads((PUBLISHED / "ablations" / "ablate-model.json").read_text())
+@pytest.mark.parametrize("group", sorted(p.stem.removeprefix("ablate-") for p in (PUBLISHED / "ablations").glob("ablate-*.json")))
+def test_published_ablation_metrics_follow_from_its_per_seed_results(group):
+    metrics = json.loads((PUBLISHED / "ablations" / f"ablate-{group}.json").read_text())
     for axis, entry in metrics.items():
         results = pd.read_csv(PUBLISHED / "ablations" / axis / "results.csv", dtype={"cell": str})
-        assert entry == ab.axis_metrics(ab.summary(results, entry["reference"]), entry["reference"], results.seed.nunique())
+        summary = ab.summary(results, entry["reference"])
+        assert entry == ab.axis_metrics(summary, entry["reference"], results.seed.nunique())
+        published = pd.read_csv(PUBLISHED / "ablations" / axis / "summary.csv", dtype={"cell": str})
+        pd.testing.assert_frame_equal(published, summary, check_exact=False, rtol=1e-12)

@@ -84,7 +84,7 @@ def cmd_compare(args: argparse.Namespace) -> None:
 def cmd_stage(args: argparse.Namespace) -> None:
     from dl2.stages import run_stage
 
-    print(run_stage(args.stage, args.params, args.data_dir, group=args.group))
+    print(run_stage(args.stage, args.params, args.data_dir, group=args.group, published=args.published))
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
@@ -134,6 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     stage = sub.add_parser("stage", help="run one pipeline stage's notebook (what dvc repro calls)")
     stage.add_argument("stage", help="traces | baselines | report | pretrain | finetune | evaluate | ablate | reproduction")
     stage.add_argument("--group", default=None, help="the group of ablation axes an ablate stage runs (params.yaml ablations.groups)")
+    stage.add_argument("--published", action="store_true",
+                       help="reproduction only: report on the committed full-scale results (data/published)")
     stage.add_argument("--params", type=Path, default=None)
     stage.add_argument("--data-dir", type=Path, default=None)
     stage.set_defaults(func=cmd_stage)

@@ -3,7 +3,9 @@
 A claim is a relative number: "DL2 is 44.1% better than DRF", "without replay 39.6% worse". Ours is the
 same ratio from the pipeline's outputs. Status: `reproduced` when ours is at least the paper's minus
 `TOLERANCE` (an absolute 5 points of gain), `direction only` when it has the paper's sign but falls
-short, `not reproduced` otherwise, and `not run` when the ablation is missing.
+short, `not reproduced` otherwise, and `not run` when the ablation is missing. An ablation's claim has
+the paper's sign only when the cell without the part is worse than the reference in every seed (the
+two share each seed's pretraining and traces), so an effect within the spread over seeds does not count.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -28,13 +31,14 @@ TABLE2 = {  # paper key: (ablation axis, the cell without the part)
 }
 
 
-def status(paper: float, ours: float) -> str:
-    """How ours compares with the paper's gain (both positive when the paper's direction holds)."""
+def status(paper: float, ours: float, every_seed: bool = True) -> str:
+    """How ours compares with the paper's gain (both positive when the paper's direction holds);
+    `every_seed`: whether each seed alone has the paper's sign."""
     if not np.isfinite(ours):
         return "not run"
     if ours >= paper - TOLERANCE:
         return "reproduced"
-    return "direction only" if ours * paper > 0 else "not reproduced"
+    return "direction only" if ours * paper > 0 and every_seed else "not reproduced"
 
 
 def fig9_claims(summary: pd.DataFrame, paper: Mapping[str, float], dl2: str = "dl2") -> list[dict]:
@@ -51,14 +55,21 @@ def fig9_claims(summary: pd.DataFrame, paper: Mapping[str, float], dl2: str = "d
     return rows
 
 
-def table2_claims(ablations: Mapping[str, pd.DataFrame], paper: Mapping[str, float]) -> list[dict]:
-    """Table 2: how much worse DL2 gets without each part (`ablations`: axis -> its `ablations.summary`)."""
+def table2_claims(ablations: Mapping[str, pd.DataFrame], paper: Mapping[str, float],
+                  results: Mapping[str, pd.DataFrame]) -> list[dict]:
+    """Table 2: how much worse DL2 gets without each part (`ablations`: axis -> its `ablations.summary`;
+    `results`: axis -> its per-seed `ablations.results_table`)."""
     rows = []
     for key, (axis, cell) in TABLE2.items():
         table = ablations.get(axis)
-        ours = float(table.set_index("cell").loc[cell, "vs_reference"]) if table is not None and cell in set(table.cell) else float("nan")
+        ours, every_seed = float("nan"), None
+        if table is not None and cell in set(table.cell):
+            ours = float(table.set_index("cell").loc[cell, "vs_reference"])
+            reference = table.loc[table.reference, "cell"].iloc[0]
+            per_seed = results[axis].pivot(index="seed", columns="cell", values="val_jct_greedy")
+            every_seed = bool((np.sign(per_seed[cell] - per_seed[reference]) == np.sign(paper[key])).all())
         rows.append({"source": "Table 2", "claim": f"{key.replace('_', ' ')}: worse than DL2 by", "paper": paper[key],
-                     "ours": ours, "status": status(paper[key], ours)})
+                     "ours": ours, "status": status(paper[key], ours, bool(every_seed)), "every_seed": every_seed})
     return rows
 
 
@@ -80,6 +91,17 @@ def cluster_claims(convergence: pd.DataFrame | None) -> list[dict]:
                      "status": "reproduced" if speedup >= (1 - TOLERANCE) * clusters else
                      ("direction only" if speedup > 1 else "not reproduced")})
     return rows
+
+
+def claims_metrics(claims: pd.DataFrame, dl2_ratio_to_bound: float) -> dict:
+    """The report's DVC metrics: DL2's ratio to the bound, how many claims reproduced, and each claim
+    (a claim not run has `ours` null)."""
+    def number(value: float) -> float | None:
+        return round(float(value), 4) if np.isfinite(value) else None
+
+    return {"dl2_ratio_to_bound": round(float(dl2_ratio_to_bound), 6), "reproduced": int((claims.status == "reproduced").sum()),
+            "claims": len(claims), "by_claim": {f"{c.source}: {c.claim}": {"paper": number(c.paper), "ours": number(c.ours),
+                                                                          "status": c.status} for c in claims.itertuples()}}
 
 
 def figure_html(fig: plt.Figure, dpi: int = 120) -> str:
@@ -109,5 +131,28 @@ def paragraph(text: str) -> str:
 
 
 def read_ablations(directory: Path) -> dict[str, Path]:
-    """axis -> its folder (`<directory>/<group>/<axis>`), for every ablation axis that has run."""
-    return {path.parent.name: path.parent for path in sorted(directory.glob("*/*/summary.csv"))}
+    """axis -> its folder, for every ablation axis under `directory` that has run (`<group>/<axis>` in the
+    pipeline's outputs, `<axis>` in the published results)."""
+    return {path.parent.name: path.parent for path in sorted(directory.rglob("summary.csv"))}
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    """What the report reads and where it writes."""
+
+    results: Path  # the evaluate stage's per-trace results
+    history: Path  # the fine-tuning history
+    ablations: Path  # the ablation axes' folders
+    out: Path  # claims.csv and report.html
+    metrics: Path  # the DVC metrics file
+
+
+def report_files(data: Path, published: bool = False) -> ReportFiles:
+    """The report's files: on this pipeline run's outputs, or on the committed full-scale results
+    (`data/published`, `paper` preset)."""
+    if published:
+        folder = data / "published"
+        return ReportFiles(folder / "paper" / "results.csv", folder / "paper" / "finetune_history.csv", folder / "ablations",
+                           data / "reproduction-published", data / "metrics" / "reproduction-published.json")
+    return ReportFiles(data / "evaluate" / "results.csv", data / "learn" / "finetune_history.csv", data / "ablations",
+                       data / "reproduction", data / "metrics" / "reproduction.json")

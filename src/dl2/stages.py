@@ -74,15 +74,22 @@ def _learn_parameters(stage: str, params: dict[str, Any], where: str) -> dict[st
 
 
 def run_stage(stage: str, params_file: str | Path | None = None, data_dir: str | Path | None = None,
-              executed: str | Path | None = None, progress: bool = True, group: str | None = None) -> Path:
-    """Execute `notebooks/<stage>.ipynb` with its parameters; returns the executed notebook's path."""
+              executed: str | Path | None = None, progress: bool = True, group: str | None = None,
+              published: bool = False) -> Path:
+    """Execute `notebooks/<stage>.ipynb` with its parameters; returns the executed notebook's path.
+    `published`: the reproduction report on the committed full-scale results instead of this run's."""
+    if published and stage != "reproduction":
+        raise Dl2Error("--published reports on the committed results: only the reproduction stage takes it")
     root = repo_root()
     params_file = Path(params_file or root / "params.yaml").resolve()
     params = load_params(params_file)
     parameters = stage_parameters(stage, params, str(params_file), group)
     data_dir = Path(data_dir or root / "data").resolve()
-    executed = Path(executed or data_dir / "executed" / (f"ablate-{group}.ipynb" if group else f"{stage}.ipynb")).resolve()
+    name = f"ablate-{group}" if group else f"{stage}-published" if published else stage
+    executed = Path(executed or data_dir / "executed" / f"{name}.ipynb").resolve()
     parameters.update(params_file=str(params_file), data_dir=str(data_dir))
+    if published:
+        parameters["published"] = True
     reads = ("learn", "pretrain", "finetune") if stage in LEARN_STAGES else ("traces",)
     sections = ("ablations",) if stage in ("ablate", "reproduction") else ()
     logged = {section: params[section] for section in params if section in (stage, "presets", *reads, *sections)}

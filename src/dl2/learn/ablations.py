@@ -247,7 +247,7 @@ def results_table(results: list[dict]) -> pd.DataFrame:
 def summary(results: pd.DataFrame, reference: str) -> pd.DataFrame:
     """Per cell: mean, spread (sd, min, max over seeds) of the greedy validation JCT, its ratio to the
     bound, how much worse than the reference cell it is (`vs_reference`: 0.2 = 20% worse) and than Optimus
-    in the same world (`vs_optimus`)."""
+    in the same world (`vs_optimus`); `reference` marks the reference cell."""
     table = results.groupby("cell", sort=False).agg(
         jct=("val_jct_greedy", "mean"), sd=("val_jct_greedy", "std"), min=("val_jct_greedy", "min"),
         max=("val_jct_greedy", "max"), jct_sampled=("val_jct_sampled", "mean"), seeds=("seed", "size"),
@@ -256,6 +256,7 @@ def summary(results: pd.DataFrame, reference: str) -> pd.DataFrame:
     table["ratio_to_bound"] = table.jct / table.bound
     table["vs_reference"] = table.jct / float(table.set_index("cell").loc[reference, "jct"]) - 1.0
     table["vs_optimus"] = table.jct / table.optimus - 1.0
+    table["reference"] = table.cell == reference
     return table
 
 
