@@ -137,8 +137,6 @@ def run_cell(cell: Cell, seed: int, params_file: str | None, out_dir: Path) -> d
     import torch
 
     from dl2.learn import workflow
-    from dl2.learn.agent import DL2Policy
-    from dl2.learn.rl import Trainer
     from dl2.learn.rollout import run_policy
     from dl2.metrics import lower_bound_jct
     from dl2.sim.run import simulate
@@ -154,23 +152,13 @@ def run_cell(cell: Cell, seed: int, params_file: str | None, out_dir: Path) -> d
     measured = workflow.scenario(settings, params_file)
     train, validation = workflow.split_traces(settings, measured)
     checkpoint = out_dir / f"{cell.label}-s{seed}.ckpt"
-    trainer = Trainer.load(checkpoint) if checkpoint.is_file() else None
-    if trainer is None or trainer.tag != digest:
-        if cell.run == "rl-only":
-            torch.manual_seed(seed)
-            policy = DL2Policy(workflow.network(settings), measured.preset.max_tasks)
-        else:
-            policy = _pretrained(cell, seed, settings, train, validation, measured, out_dir.parent / "pretrained")
-        trainer = None
-        if cell.run != "sl-only":
-            world = workflow.scenario(settings, params_file, "analytical" if cell.run == "offline-rl" else "measured")
-            rl = replace(workflow.finetune_config(cell.params), seed=seed)
-            trainer = Trainer(policy, train, validation, world, rl, validation_scenario=measured, tag=digest,
-                              selection=workflow.selection_traces(settings, measured, rl.select_traces))
+    policy = None if cell.run == "rl-only" else _pretrained(cell, seed, settings, train, validation, measured,
+                                                             out_dir.parent / "pretrained")
     history = pd.DataFrame()
-    if trainer is not None:
-        history = trainer.train(checkpoint=checkpoint)
-        policy = trainer.chosen_policy()
+    if cell.run != "sl-only":
+        rl = replace(workflow.finetune_config(cell.params), seed=seed)
+        policy, history = workflow.finetune_run(cell.run, settings, rl, policy, checkpoint, params_file)
+        history = history.drop(columns=["run", "chosen"])
     greedy = run_policy(policy, validation, measured, greedy=True).avg_jct
     sampled = run_policy(policy, validation, measured, greedy=False, seed=seed).avg_jct
     bound = np.array([lower_bound_jct(t, measured).mean() for t in validation])

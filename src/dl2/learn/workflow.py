@@ -183,12 +183,12 @@ RUNS = {  # name: (speed model the RL trains on, start from the pretrained polic
 }
 
 
-def finetune_run(name: str, settings: LearnSettings, rl: RLConfig, pretrained: DL2Policy, checkpoint: Path,
+def finetune_run(name: str, settings: LearnSettings, rl: RLConfig, pretrained: DL2Policy | None, checkpoint: Path,
                  params_file: str | None = None, on_row=None, backend: str = "sim") -> tuple[DL2Policy, pd.DataFrame]:
     """One RL run of `RUNS`, resuming from `checkpoint` when it holds this very run; training on the simulator
     or the running Kubernetes testbed (`backend`), validation on the simulator with measured speeds. Returns
     the chosen policy (`RLConfig.select_traces`) and the validation history, whose `chosen` column marks
-    the update it comes from."""
+    the update it comes from. `pretrained` may be None for a run that starts from scratch (`rl-only`)."""
     from dl2.k8s.env import environment_factory
 
     speed_model, from_pretrained = RUNS[name]
