@@ -144,6 +144,14 @@ def test_summary_compares_every_cell_with_the_reference():
     assert table.loc["full", "vs_optimus"] == pytest.approx(6.1 / 6.5 - 1)
 
 
+def test_curves_have_one_column_order_for_fresh_and_stored_results():
+    fresh = {"cell": "a", "seed": 0, "history": {"update": [10, 20], "val_jct_greedy": [9.0, 8.0], "decisions": [5, 9]}}
+    stored = json.loads(json.dumps(fresh, sort_keys=True))
+    assert list(stored["history"]) != list(fresh["history"])
+    pd.testing.assert_frame_equal(ab.curves([fresh]), ab.curves([stored]))
+    assert list(ab.curves([fresh]).columns[:3]) == ["cell", "seed", "update"]
+
+
 def test_convergence_is_the_first_update_within_five_percent_of_the_best():
     curve = pd.DataFrame({"cell": "8", "seed": 0, "update": [10, 20, 30, 40], "decisions": [1, 2, 3, 4],
                           "val_jct_greedy": [9.0, 6.4, 6.2, 6.1]})

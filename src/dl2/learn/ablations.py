@@ -256,9 +256,14 @@ def axis_metrics(table: pd.DataFrame, reference: str, seeds: int) -> dict:
 
 
 def curves(results: list[dict]) -> pd.DataFrame:
-    """The learning curves: validation JCT against update, per cell and seed."""
+    """The learning curves: validation JCT against update, per cell and seed (columns in one order, whether
+    a result was just trained or read back from its file)."""
+    first = ["cell", "seed", "update"]
     frames = [pd.DataFrame(r["history"]).assign(cell=r["cell"], seed=r["seed"]) for r in results if r["history"]]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["cell", "seed", "update", "val_jct_greedy"])
+    if not frames:
+        return pd.DataFrame(columns=[*first, "val_jct_greedy"])
+    frame = pd.concat(frames, ignore_index=True)
+    return frame[first + sorted(c for c in frame.columns if c not in first)]
 
 
 def convergence(curve_frame: pd.DataFrame, within: float = 0.05) -> pd.DataFrame:
