@@ -202,11 +202,13 @@ def run_plans(plans: list[AblationPlan], params_file: str | None, cells_dir: str
     for plan in plans:
         (Path(cells_dir) / plan.axis).mkdir(parents=True, exist_ok=True)
     digests = [cell.digest(seed, params_file) for _, cell, seed in jobs]
-    trains = {digest: index for index, digest in reversed(list(enumerate(digests)))}  # the first job of each digest
+    first: dict[str, int] = {}  # digest -> the job that trains it
+    for index, digest in enumerate(digests):
+        first.setdefault(digest, index)
+    unique = list(first.values())
     workers = max((plan.workers for plan in plans), default=1)
     bar = tqdm(total=len(jobs), desc="ablation cells", disable=not progress)
     results: dict[tuple[str, str, int], dict] = {}
-    unique = sorted(trains.values())
     args = [(jobs[i][1], jobs[i][2], params_file, Path(cells_dir) / jobs[i][0]) for i in unique]
     for k, result in run_jobs(run_cell, args, workers, in_order=False):
         for index, (axis, cell, seed) in enumerate(jobs):
