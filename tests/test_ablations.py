@@ -50,6 +50,19 @@ def test_a_cells_digest_follows_what_it_computes_not_how_runs_are_scheduled():
     assert with_finetune(lr=0.5).digest(0) != cell.digest(0) != cell.digest(1)
 
 
+def test_a_network_override_that_repeats_the_presets_value_is_the_reference_not_a_new_cell():
+    def cell(axis, label):
+        return next(c for c in ab.plan(PARAMS, axis).cells if c.label == label)
+    reference = cell("pretraining", "sl-rl")  # the per-job network: 2 x 128, one-hot job types
+    for axis, label in [("layers", "2"), ("width", "128"), ("window", "20"), ("job-type", "one-hot"), ("teacher", "drf")]:
+        assert cell(axis, label).digest(0) == reference.digest(0), (axis, label)
+    for axis, label in [("layers", "3"), ("width", "64"), ("window", "30"), ("job-type", "integer")]:
+        assert cell(axis, label).digest(0) != reference.digest(0), (axis, label)
+    paper_net = cell("batch-norm", "off")  # the paper's network has no batch norm of its own: `off` repeats it
+    assert paper_net.digest(0) == replace(paper_net, params={**paper_net.params, "learn": {
+        k: v for k, v in paper_net.params["learn"].items() if k != "batch_norm"}}).digest(0)
+
+
 def _with(axis_spec=None, **section):
     ablations = {"scale": "small", "scales": {"small": {}}, "axes": {"x": axis_spec or {"cells": {"a": {}}}}, **section}
     return {"ablations": ablations}

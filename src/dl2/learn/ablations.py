@@ -53,7 +53,7 @@ class Cell:
         from dl2.config import get_preset
         from dl2.learn import workflow
 
-        settings = workflow.learn_settings(self.params)
+        settings = workflow.canonical(workflow.learn_settings(self.params))
         text = repr((self.run, get_preset(settings.preset, params_file), settings, workflow.pretrain_config(self.params),
                      workflow.finetune_config(self.params), seed))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -174,15 +174,13 @@ def run_cell(cell: Cell, seed: int, params_file: str | None, out_dir: Path) -> d
 def _pretrained(cell: Cell, seed: int, settings: LearnSettings, train: list[Trace], validation: list[Trace],
                 measured: Scenario, store: Path) -> DL2Policy:
     """The cell's pretrained policy, shared by every cell of the group that pretrains alike (most change only
-    fine-tuning): stored under `store`, keyed by the preset, the `learn` and `pretrain` sections and the seed."""
-    from dataclasses import asdict
-
+    fine-tuning): stored under `store`, keyed by the preset, the learn settings (canonical: an override that
+    repeats the network's own value is none), the pretraining config and the seed."""
     from dl2.learn import workflow
     from dl2.learn.agent import DL2Policy
     from dl2.learn.pretrain import pretrain
 
-    key = json.dumps({"preset": asdict(measured.preset), "learn": cell.params.get("learn", {}),
-                      "pretrain": cell.params.get("pretrain", {}), "seed": seed}, sort_keys=True)
+    key = repr((measured.preset, workflow.canonical(settings), workflow.pretrain_config(cell.params), seed))
     path = store / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.pt"
     if path.is_file():
         return DL2Policy.load(path)

@@ -152,6 +152,14 @@ def network(settings: LearnSettings) -> NetConfig:
                       batch_norm=settings.batch_norm)
 
 
+def canonical(settings: LearnSettings) -> LearnSettings:
+    """`settings` with each network override that repeats its preset's value dropped: two settings that
+    build the same network are then equal (`hidden: [128, 128]` on the per-job network is no override)."""
+    preset = NET_PRESETS[settings.network]
+    return replace(settings, **{key: None for key in ("hidden", "one_hot", "batch_norm")
+                                if getattr(settings, key) == getattr(preset, key)})
+
+
 def scenario(settings: LearnSettings, params_file: str | None = None, speed_model: str = "measured") -> Scenario:
     """The learning scenario; `speed_model="analytical"` is OfflineRL's training world."""
     options = SimOptions(assign_bundle=settings.assign_bundle, speed_model=speed_model, max_slots=2000,
