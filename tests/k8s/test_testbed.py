@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -43,6 +45,37 @@ def test_the_api_server_wants_the_token(testbed):
         anonymous.get("/api/v1/nodes")
     assert refused.value.status == 401
     anonymous.close()
+
+
+def test_a_kind_style_kubeconfig_logs_in_with_its_embedded_certificate_and_leaves_no_files(tmp_path, testbed, monkeypatch):
+    """kind writes the CA and the user's certificate and key into the kubeconfig: they work, and no copy of the
+    key stays on disk after the client is built."""
+    pki = testbed.folder / "pki"
+    data = {name: base64.b64encode((pki / name).read_bytes()).decode() for name in ("ca.crt", "admin.crt", "admin.key")}
+    kubeconfig = tmp_path / "kind-kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "kind",
+        "clusters": [{"name": "kind", "cluster": {"server": testbed.server, "certificate-authority-data": data["ca.crt"]}}],
+        "users": [{"name": "kind", "user": {"client-certificate-data": data["admin.crt"], "client-key-data": data["admin.key"]}}],
+        "contexts": [{"name": "kind", "context": {"cluster": "kind", "user": "kind"}}]}))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    conn = load_kubeconfig(kubeconfig)
+    assert conn.token is None and conn.cert is not None
+    kube = Kube(conn, retries=0)
+    assert kube.get("/api/v1/namespaces/default")["metadata"]["name"] == "default"  # system:masters may read it
+    kube.close()
+    assert list(scratch.iterdir()) == []
+
+
+def test_a_kubeconfig_naming_a_missing_certificate_file_says_which(tmp_path, testbed):
+    config = json.loads(testbed.kubeconfig.read_text())
+    config["clusters"][0]["cluster"]["certificate-authority"] = "nowhere/ca.crt"
+    broken = tmp_path / "kubeconfig"
+    broken.write_text(json.dumps(config))
+    with pytest.raises(Dl2Error, match=r"certificate-authority: .*nowhere/ca.crt not found"):
+        load_kubeconfig(broken)
 
 
 def test_cli_up_status_down(tmp_path, testbed):

@@ -36,15 +36,9 @@ class ApiError(Dl2Error):
 @dataclass(frozen=True)
 class Connection:
     server: str
-    verify: str | bool  # CA bundle path, or False
+    verify: bytes | bool  # the CA bundle (PEM), True for the system's, or False: no verification
     token: str | None = None
-    cert: tuple[str, str] | None = None  # client certificate and key files
-
-
-def _materialize(data_b64: str, folder: Path, name: str) -> str:
-    path = folder / name
-    path.write_bytes(base64.b64decode(data_b64))
-    return str(path)
+    cert: tuple[bytes, bytes] | None = None  # client certificate and key (PEM)
 
 
 def load_kubeconfig(path: str | Path) -> Connection:
@@ -60,16 +54,23 @@ def load_kubeconfig(path: str | Path) -> Connection:
         user = next(u["user"] for u in config["users"] if u["name"] == context["user"])
     except (yaml.YAMLError, KeyError, StopIteration, TypeError) as exc:
         raise Dl2Error(f"{path}: not a usable kubeconfig ({type(exc).__name__}: {exc})") from None
-    scratch = Path(tempfile.mkdtemp(prefix="dl2-kubeconfig-"))
-    base = path.parent
 
-    def file_or_data(entry: dict, key: str, name: str) -> str | None:
+    def data_or_file(entry: dict, key: str) -> bytes | None:
+        """The PEM bytes of `key`, embedded (`<key>-data`) or in a file named relative to the kubeconfig."""
         if entry.get(f"{key}-data"):
-            return _materialize(entry[f"{key}-data"], scratch, name)
-        return str(base / entry[key]) if entry.get(key) else None
+            try:
+                return base64.b64decode(entry[f"{key}-data"], validate=True)
+            except ValueError:
+                raise Dl2Error(f"{path}: {key}-data is not base64") from None
+        if not entry.get(key):
+            return None
+        named = path.parent / entry[key]
+        if not named.is_file():
+            raise Dl2Error(f"{path}: {key}: {named} not found")
+        return named.read_bytes()
 
-    verify: str | bool = False if cluster.get("insecure-skip-tls-verify") else (file_or_data(cluster, "certificate-authority", "ca.crt") or True)
-    cert, key = file_or_data(user, "client-certificate", "client.crt"), file_or_data(user, "client-key", "client.key")
+    verify: bytes | bool = False if cluster.get("insecure-skip-tls-verify") else (data_or_file(cluster, "certificate-authority") or True)
+    cert, key = data_or_file(user, "client-certificate"), data_or_file(user, "client-key")
     return Connection(cluster["server"], verify, user.get("token"), (cert, key) if cert and key else None)
 
 
@@ -78,7 +79,7 @@ def in_cluster() -> Connection:
     host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT")
     if not host or not (IN_CLUSTER / "token").is_file():
         raise Dl2Error("not running inside a Kubernetes pod: pass --kubeconfig")
-    return Connection(f"https://{host}:{port}", str(IN_CLUSTER / "ca.crt"), (IN_CLUSTER / "token").read_text().strip())
+    return Connection(f"https://{host}:{port}", (IN_CLUSTER / "ca.crt").read_bytes(), (IN_CLUSTER / "token").read_text().strip())
 
 
 class Kube:
@@ -159,14 +160,20 @@ class Kube:
 
 
 def ssl_context(conn: Connection) -> ssl.SSLContext:
-    """TLS settings for `conn`: its CA (or no verification), and its client certificate if any."""
+    """TLS settings for `conn`: its CA (or no verification), and its client certificate if any. `ssl` reads
+    a certificate chain only from files: the key lives in a private folder just while it is loaded."""
     if conn.verify is False:
         context = ssl.create_default_context()
         context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
     else:
-        context = ssl.create_default_context(cafile=conn.verify if isinstance(conn.verify, str) else None)
+        cadata = conn.verify.decode() if isinstance(conn.verify, bytes) else None
+        context = ssl.create_default_context(cadata=cadata)
     if conn.cert is not None:
-        context.load_cert_chain(*conn.cert)
+        with tempfile.TemporaryDirectory(prefix="dl2-client-cert-") as scratch:  # created 0700
+            cert, key = Path(scratch) / "client.crt", Path(scratch) / "client.key"
+            cert.write_bytes(conn.cert[0])
+            key.write_bytes(conn.cert[1])
+            context.load_cert_chain(cert, key)
     return context
 
 

@@ -122,7 +122,7 @@ def up(folder: Path | None = None, log=print, detach: bool = True) -> Testbed:
         procs["kube-apiserver"] = _start(binaries.path("kube-apiserver"), [
             f"--etcd-servers={etcd_url}", "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
             f"--secure-port={port}", f"--tls-cert-file={creds.cert}", f"--tls-private-key-file={creds.key}",
-            f"--token-auth-file={creds.token_file}", "--authorization-mode=RBAC",
+            f"--token-auth-file={creds.token_file}", f"--client-ca-file={creds.ca}", "--authorization-mode=RBAC",
             f"--service-account-key-file={creds.sa_pub}", f"--service-account-signing-key-file={creds.sa_key}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             "--service-cluster-ip-range=10.96.0.0/16", "--disable-admission-plugins=ServiceAccount",
