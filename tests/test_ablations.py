@@ -11,7 +11,9 @@ from dl2 import reproduction as rep
 from dl2.config import load_params
 from dl2.errors import Dl2Error
 from dl2.learn import ablations as ab
+from dl2.learn import workflow
 from dl2.paths import repo_root
+from dl2.sim.run import simulate
 
 PARAMS = load_params(repo_root() / "params.yaml")
 
@@ -102,6 +104,10 @@ def test_a_stored_cell_result_is_reused_and_a_stale_one_is_not(tmp_path):
     (tmp_path / f"{sl_only.label}-s0.json").write_text(json.dumps({**stored, "digest": "stale"}))
     result = ab.run_cell(sl_only, 0, None, tmp_path)
     assert result["digest"] == sl_only.digest(0) and np.isfinite(result["val_jct_greedy"]) and result["history"] == {}
+    settings = workflow.learn_settings(sl_only.params)
+    measured = workflow.scenario(settings)
+    _, validation = workflow.split_traces(settings, measured)
+    assert result["teacher"] == np.mean([simulate(t, "drf", measured).jct.mean() for t in validation])  # the cell's teacher
 
 
 def test_a_group_in_two_worker_processes_gives_the_results_of_one_process(tmp_path):
@@ -154,7 +160,17 @@ def test_summary_compares_every_cell_with_the_reference():
     assert table.loc["full", "vs_reference"] == 0.0
     assert table.loc["no-replay", "vs_reference"] == pytest.approx(7.8 / 6.1 - 1)
     assert table.loc["no-replay", "sd"] == pytest.approx(np.std([7.5, 8.1], ddof=1)) and table.loc["full", "ratio_to_bound"] == pytest.approx(1.22)
-    assert table.loc["full", "vs_optimus"] == pytest.approx(6.1 / 6.5 - 1)
+    assert table.loc["full", "vs_optimus"] == pytest.approx(6.1 / 6.5 - 1) and "vs_teacher" not in table
+    with_teacher = ab.summary(results.assign(teacher=[10.0, 10.0, 7.0, 7.0]), "full").set_index("cell")
+    assert with_teacher.loc["no-replay", "vs_teacher"] == pytest.approx(7.8 / 7.0 - 1)
+    assert list(with_teacher.columns) == [*table.columns[:-4], "teacher", *table.columns[-4:-1], "vs_teacher", "reference"]
+
+
+def test_the_results_table_has_the_teachers_jct_only_when_every_result_measured_it():
+    row = {"axis": "teacher", "cell": "fifo", "run": "sl-rl", "seed": 0, "val_jct_greedy": 6.0, "val_jct_sampled": 6.1,
+           "lower_bound": 5.5, "optimus": 6.5}
+    assert list(ab.results_table([{**row, "teacher": 9.0}, {**row, "seed": 1, "teacher": 9.0}]).teacher) == [9.0, 9.0]
+    assert "teacher" not in ab.results_table([{**row, "teacher": 9.0}, {**row, "seed": 1}])
 
 
 def test_curves_have_one_column_order_for_fresh_and_stored_results():

@@ -87,6 +87,15 @@ def cmd_stage(args: argparse.Namespace) -> None:
     print(run_stage(args.stage, args.params, args.data_dir, group=args.group, published=args.published))
 
 
+def cmd_publish(args: argparse.Namespace) -> None:
+    from dl2.paths import repo_root
+    from dl2.publish import publish_ablations
+
+    data_dir = (args.data_dir or repo_root() / "data").resolve()
+    axes = publish_ablations(data_dir, args.group)
+    print(f"published {', '.join(axes)} into {data_dir / 'published' / 'ablations'} (ablate-{args.group}.json)")
+
+
 def cmd_bench(args: argparse.Namespace) -> None:
     from dl2.bench import run_benchmark
 
@@ -139,6 +148,11 @@ def build_parser() -> argparse.ArgumentParser:
     stage.add_argument("--params", type=Path, default=None)
     stage.add_argument("--data-dir", type=Path, default=None)
     stage.set_defaults(func=cmd_stage)
+
+    publish = sub.add_parser("publish", help="copy an ablate stage's full-scale axes into data/published (committed metrics)")
+    publish.add_argument("--group", required=True, help="the ablation group whose last run to publish (params.yaml ablations.groups)")
+    publish.add_argument("--data-dir", type=Path, default=None)
+    publish.set_defaults(func=cmd_publish)
 
     bench = sub.add_parser("bench", help="measure simulator speed; writes JSON")
     bench.add_argument("--out", type=Path, default=Path("bench.json"))

@@ -163,9 +163,11 @@ def run_cell(cell: Cell, seed: int, params_file: str | None, out_dir: Path) -> d
     sampled = run_policy(policy, validation, measured, greedy=False, seed=seed).avg_jct
     bound = np.array([lower_bound_jct(t, measured).mean() for t in validation])
     optimus = np.array([simulate(t, "optimus", measured).jct.mean() for t in validation])
+    teacher = np.array([simulate(t, workflow.pretrain_config(cell.params).teacher, measured).jct.mean() for t in validation])
     result = {"axis": cell.axis, "cell": cell.label, "run": cell.run, "seed": seed, "digest": digest,
               "val_jct_greedy": float(np.mean(greedy)), "val_jct_sampled": float(np.mean(sampled)),
-              "lower_bound": float(np.mean(bound)), "optimus": float(np.mean(optimus)), "history": history.to_dict(orient="list")}
+              "lower_bound": float(np.mean(bound)), "optimus": float(np.mean(optimus)), "teacher": float(np.mean(teacher)),
+              "history": history.to_dict(orient="list")}
     write_json_atomic(path, result)
     checkpoint.unlink(missing_ok=True)
     return result
@@ -227,23 +229,31 @@ def _as_cell(result: dict, axis: str, cell: Cell, seed: int, out_dir: Path) -> d
 
 
 def results_table(results: list[dict]) -> pd.DataFrame:
-    """One row per (cell, seed): validation JCT (greedy, sampled) and the lower bound."""
+    """One row per (cell, seed): validation JCT (greedy, sampled), the lower bound, and Optimus and the
+    pretraining teacher in the same world (`teacher`: absent from results stored before it was measured)."""
     keys = ("axis", "cell", "run", "seed", "val_jct_greedy", "val_jct_sampled", "lower_bound", "optimus")
-    return pd.DataFrame([{k: r[k] for k in keys} for r in results])
+    table = pd.DataFrame([{k: r[k] for k in keys} for r in results])
+    if all("teacher" in r for r in results):
+        table["teacher"] = [r["teacher"] for r in results]
+    return table
 
 
 def summary(results: pd.DataFrame, reference: str) -> pd.DataFrame:
     """Per cell: mean, spread (sd, min, max over seeds) of the greedy validation JCT, its ratio to the
     bound, how much worse than the reference cell it is (`vs_reference`: 0.2 = 20% worse) and than Optimus
-    in the same world (`vs_optimus`); `reference` marks the reference cell."""
+    in the same world (`vs_optimus`) and than the cell's pretraining teacher (`vs_teacher`, where `results`
+    has the teacher's JCT); `reference` marks the reference cell."""
+    teacher = {"teacher": ("teacher", "mean")} if "teacher" in results else {}
     table = results.groupby("cell", sort=False).agg(
         jct=("val_jct_greedy", "mean"), sd=("val_jct_greedy", "std"), min=("val_jct_greedy", "min"),
         max=("val_jct_greedy", "max"), jct_sampled=("val_jct_sampled", "mean"), seeds=("seed", "size"),
-        bound=("lower_bound", "mean"), optimus=("optimus", "mean")).reset_index()
+        bound=("lower_bound", "mean"), optimus=("optimus", "mean"), **teacher).reset_index()
     table["sd"] = table["sd"].fillna(0.0)
     table["ratio_to_bound"] = table.jct / table.bound
     table["vs_reference"] = table.jct / float(table.set_index("cell").loc[reference, "jct"]) - 1.0
     table["vs_optimus"] = table.jct / table.optimus - 1.0
+    if teacher:
+        table["vs_teacher"] = table.jct / table.teacher - 1.0
     table["reference"] = table.cell == reference
     return table
 
@@ -296,7 +306,8 @@ def log_cells(ablation: AblationPlan, table: pd.DataFrame, curve_frame: pd.DataF
         run_id = client.create_run(experiment, run_name=f"{ablation.axis}={cell.label}", tags=tags).info.run_id
         params = [Param(key, value) for key, value in tracking.flatten({"run": cell.run, **cell.params}).items()]
         metrics = [Metric(key, float(rows.loc[cell.label, key]), now, 0)
-                   for key in ("jct", "sd", "min", "max", "jct_sampled", "ratio_to_bound", "vs_reference", "vs_optimus")]
+                   for key in ("jct", "sd", "min", "max", "jct_sampled", "ratio_to_bound", "vs_reference", "vs_optimus", "vs_teacher")
+                   if key in rows]
         mine = curve_frame[curve_frame.cell == cell.label]
         metrics += [Metric(f"val_jct_greedy.s{seed}", float(jct), now, int(update))
                     for seed, update, jct in zip(mine["seed"], mine["update"], mine["val_jct_greedy"])]

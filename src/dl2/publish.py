@@ -1,0 +1,58 @@
+"""Publishing an `ablate` stage's full-scale results into `data/published/ablations/` (committed DVC metrics).
+
+A group's axes can run in several sittings (`-S 'ablations.groups.model=[teacher]'`): each publish copies the
+axes the stage just ran and merges their entries into the group's published metrics, keeping the axes
+published before. Every axis is checked first: its metrics must follow from its per-seed results, and it
+must have run at least `MIN_SEEDS` seeds, so a reduced or stale run is never published.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+
+from dl2.errors import Dl2Error
+from dl2.learn import ablations as ab
+from dl2.paths import atomic_path, write_json_atomic
+
+MIN_SEEDS = 3
+AXIS_FILES = ("results.csv", "summary.csv", "curves.csv")
+
+
+def publish_ablations(data_dir: Path, group: str) -> list[str]:
+    """Copy the axes of `data_dir/metrics/ablate-<group>.json` from `data_dir/ablations/<group>/` into
+    `data_dir/published/ablations/` and merge their metrics into the published `ablate-<group>.json`;
+    returns the axes published. Nothing is written unless every axis checks out."""
+    source = data_dir / "metrics" / f"ablate-{group}.json"
+    if not source.is_file():
+        raise Dl2Error(f"{source}: no such file: run the ablate@{group} stage first")
+    metrics = json.loads(source.read_text())
+    folders = {axis: data_dir / "ablations" / group / axis for axis in metrics}
+    for axis, entry in metrics.items():
+        _check_axis(folders[axis], axis, entry)
+    published = data_dir / "published" / "ablations"
+    for axis, folder in folders.items():
+        for name in (*AXIS_FILES, f"{axis}.png"):
+            with atomic_path(published / axis / name) as tmp:
+                shutil.copyfile(folder / name, tmp)
+    target = published / f"ablate-{group}.json"
+    merged = json.loads(target.read_text()) if target.is_file() else {}
+    write_json_atomic(target, {**merged, **metrics})
+    return list(metrics)
+
+
+def _check_axis(folder: Path, axis: str, entry: dict) -> None:
+    """Raise unless `folder` holds the axis's files and `entry` follows from its results over enough seeds."""
+    for name in (*AXIS_FILES, f"{axis}.png"):
+        if not (folder / name).is_file():
+            raise Dl2Error(f"{folder / name}: no such file: the ablate stage did not finish axis {axis!r}")
+    results = pd.read_csv(folder / "results.csv", dtype={"cell": str})
+    if entry.get("seeds", 0) < MIN_SEEDS:
+        raise Dl2Error(f"{folder}: axis {axis!r} ran {entry.get('seeds')} seed(s); published results need at least "
+                       f"{MIN_SEEDS} (ablations.seeds, ablations.scale=full)")
+    if entry != ab.axis_metrics(ab.summary(results, entry["reference"]), entry["reference"], results.seed.nunique()):
+        raise Dl2Error(f"{folder / 'results.csv'}: axis {axis!r}'s metrics do not follow from its results (a stale run?): "
+                       "rerun the ablate stage")
