@@ -124,7 +124,10 @@ def test_dvc_repro_runs_once_then_only_what_a_parameter_touches(tmp_path, monkey
     assert "Running stage 'reproduction-published'" in first
     published = pd.read_csv(copy / "data" / "reproduction-published" / "claims.csv")
     assert {"Fig. 9", "Table 2"} <= set(published.source) and "not run" not in set(published.status)
-    assert "committed full-scale results" in (copy / "data" / "reproduction-published" / "report.html").read_text()
+    published_html = (copy / "data" / "reproduction-published" / "report.html").read_text()
+    assert "committed full-scale results" in published_html
+    published_axes = [folder.name for folder in (copy / "data" / "published" / "ablations").iterdir() if folder.is_dir()]
+    assert set(published_axes) == set(params["axes"]) and all(f"<h2>Ablation: {axis}</h2>" in published_html for axis in published_axes)
 
     # numba caches compiled code beside the sources the stages depend on: that is not a change
     (copy / "src" / "dl2" / "sim" / "__pycache__").mkdir(exist_ok=True)

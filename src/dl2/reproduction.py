@@ -27,6 +27,10 @@ ABLATION_COLUMNS = ("jct: the greedy validation JCT, mean over seeds (sd, min, m
                     "the lower bound, Optimus and the cell's pretraining teacher on the same traces; vs_reference, "
                     "vs_optimus, vs_teacher: how much worse the cell is than each (-0.05: 5% better).")
 
+PAPER_COVERAGE = ("The paper's numbers beside ours are those in data/reference/paper_results.json (Fig. 9 and Table 2) "
+                  "and the speed-ups its text claims for parallel clusters. Its other figures (Fig. 13, 16 and 18 among "
+                  "them) have no numbers there, so their sweeps below show ours alone.")
+
 TABLE2 = {  # paper key: (ablation axis, the cell without the part)
     "per_action_reward": ("reward", "job"),
     "no_critic": ("critic", "off"),
