@@ -23,6 +23,7 @@ from typing import Protocol
 
 import numpy as np
 
+from dl2.errors import Dl2Error
 from dl2.sim.placement import place_least_loaded, place_on_node
 from dl2.sim.state import BUNDLE, PS, WORKER, Cluster, Jobs
 
@@ -45,6 +46,14 @@ class Allocation:
     def ps(self) -> np.ndarray:
         return self.jobs.ps
 
+    def _checked(self, j: int, role: str) -> tuple[int, int]:
+        """(job position, role code), or a Dl2Error naming the bad argument."""
+        if role not in ROLES:
+            raise Dl2Error(f"role: expected one of {', '.join(ROLES)}, got {role!r}")
+        if not 0 <= int(j) < len(self.jobs.workers):
+            raise Dl2Error(f"job: expected a position 0..{len(self.jobs.workers) - 1} in the observation, got {j!r}")
+        return int(j), ROLES[role]
+
     def _room(self, j: int, role: int) -> bool:
         w = self.jobs.workers[j] + (role != PS)
         p = self.jobs.ps[j] + (role != WORKER)
@@ -52,8 +61,8 @@ class Allocation:
 
     def add(self, j: int, role: str = "bundle") -> bool:
         """Place a worker, PS or bundle of job `j` on the least-loaded node; False if at the maximum or it does not fit."""
-        code = ROLES[role]
-        return self._room(j, code) and place_least_loaded(self.jobs, self.cluster, int(j), code)
+        j, code = self._checked(j, role)
+        return self._room(j, code) and place_least_loaded(self.jobs, self.cluster, j, code)
 
     def add_bundle(self, j: int) -> bool:
         return self.add(j, "bundle")
@@ -66,8 +75,10 @@ class Allocation:
 
     def place(self, j: int, role: str, node: int) -> bool:
         """Place a worker, PS or bundle of job `j` on `node`; False if at the maximum or it does not fit."""
-        code = ROLES[role]
-        return self._room(j, code) and place_on_node(self.jobs, self.cluster, int(j), code, int(node))
+        j, code = self._checked(j, role)
+        if not 0 <= int(node) < len(self.cluster.used):
+            raise Dl2Error(f"node: expected 0..{len(self.cluster.used) - 1}, got {node!r}")
+        return self._room(j, code) and place_on_node(self.jobs, self.cluster, j, code, int(node))
 
     def tasks(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(job position, role 0=worker 1=PS, node) of every task placed."""

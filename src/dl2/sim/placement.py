@@ -4,8 +4,10 @@ The node queue is a min-heap of keys `total_used * nodes + node`, so ties go to 
 "Try on the least-loaded node" pops the minimum and pushes it back with its new total, success or not:
 the key only grows, so that is one sift-down from the root.
 
-The hot helpers take plain arrays (compiled code passing whole state tuples into helpers is slow);
-`place_least_loaded`, `place_on_node` and `dominant_share` wrap them for the state tuples.
+A placement on a chosen node (`place_on_node`) raises that node's key where it sits in the heap, so the
+queue always holds every node's current total. The hot helpers take plain arrays (compiled code passing
+whole state tuples into helpers is slow); `place_least_loaded`, `place_on_node` and `dominant_share` wrap
+them for the state tuples.
 """
 
 from __future__ import annotations
@@ -63,12 +65,33 @@ def try_least_loaded(heap: np.ndarray, used: np.ndarray, capacity: np.ndarray, c
 
 @njit(cache=True, inline="always")
 def try_on_node(used: np.ndarray, capacity: np.ndarray, node: int, cpu: int, gpu: int) -> bool:
-    """Take demand (cpu, gpu) on `node` if it fits there (the node queue is not used)."""
+    """Take demand (cpu, gpu) on `node` if it fits there. The node queue is left as it was: call
+    `requeue` for this node, or `rebuild_queue` once, before the queue is used again."""
     if not fits(used, capacity, node, cpu, gpu):
         return False
     used[node, 0] += cpu
     used[node, 1] += gpu
     return True
+
+
+@njit(cache=True)
+def requeue(heap: np.ndarray, used: np.ndarray, node: int) -> None:
+    """Give `node` its current total in the queue (its key only grows, so one sift-down from its place)."""
+    num_nodes = heap.shape[0]
+    for pos in range(num_nodes):
+        if heap[pos] % num_nodes == node:
+            heap[pos] = (used[node, 0] + used[node, 1]) * num_nodes + node
+            _sift_down(heap, pos)
+            return
+
+
+@njit(cache=True)
+def rebuild_queue(heap: np.ndarray, used: np.ndarray) -> None:
+    """Every node's key from its current total (a sorted array is a valid heap)."""
+    num_nodes = heap.shape[0]
+    for node in range(num_nodes):
+        heap[node] = (used[node, 0] + used[node, 1]) * num_nodes + node
+    heap.sort()
 
 
 @njit(cache=True, inline="always")
@@ -116,10 +139,11 @@ def place_least_loaded(jobs: Jobs, cl: Cluster, i: int, role: int) -> bool:
 
 @njit(cache=True)
 def place_on_node(jobs: Jobs, cl: Cluster, i: int, role: int, node: int) -> bool:
-    """Try one worker, PS or bundle of job `i` on a given node (the node queue is not used)."""
+    """Try one worker, PS or bundle of job `i` on a given node; the node queue follows."""
     cpu, gpu = demand(jobs.worker_demand, jobs.ps_demand, i, role)
     if not try_on_node(cl.used, cl.capacity, node, cpu, gpu):
         return False
+    requeue(cl.heap, cl.used, node)
     commit(jobs.workers, jobs.ps, task_log(cl), i, role, node)
     return True
 

@@ -11,7 +11,7 @@ import numpy as np
 from numba import njit
 
 from dl2.sim import pqueue
-from dl2.sim.placement import commit, demand, share_of, task_log, try_least_loaded, try_on_node
+from dl2.sim.placement import commit, demand, rebuild_queue, share_of, task_log, try_least_loaded, try_on_node
 from dl2.sim.record import record
 from dl2.sim.state import BUNDLE, PS, VOID, WORKER, Cluster, Jobs, Recorder
 
@@ -197,6 +197,7 @@ def tetris(jobs: Jobs, cl: Cluster, rec: Recorder, slot: int, max_tasks: int) ->
             commit(workers, jobs.ps, tasks, by_id[best], BUNDLE, node)
             if recording:
                 record_after(rec, jobs, cl, slot, max_tasks, by_id[best], BUNDLE)
+    rebuild_queue(cl.heap, used)  # tasks went to chosen nodes: the least-loaded queue follows for whoever places next
     record(rec, jobs, cl, slot, max_tasks, -1, VOID)
 
 
