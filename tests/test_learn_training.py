@@ -3,6 +3,7 @@
 Everything runs on tiny presets so the file takes well under three minutes on two cores.
 """
 
+import json
 import os
 import signal
 import subprocess
@@ -19,6 +20,8 @@ import pytest
 import torch
 
 from conftest import tiny_preset
+from dl2.cli import main
+from dl2.config import get_preset
 from dl2.errors import Dl2Error
 from dl2.learn.agent import DL2Policy, DL2Scheduler, masks_from_states
 from dl2.learn.exploration import Explorer
@@ -31,7 +34,7 @@ from dl2.schedulers import get_scheduler
 from dl2.sim.run import simulate
 from dl2.sim.scenario import Scenario, SimOptions
 from dl2.sim.state import NUM_FEATURES
-from dl2.workload.traces import generate_trace
+from dl2.workload.traces import generate_trace, write_trace
 
 TESTS = Path(__file__).resolve().parent
 
@@ -97,7 +100,7 @@ RL_NET = net_config("paper", hidden=(64, 64), window=10)
 
 def _void_loving_policy(seed: int, void_bias: float = 5.0) -> DL2Policy:
     torch.manual_seed(seed)
-    policy = DL2Policy(RL_NET, RL_SCENARIO.preset.max_tasks)
+    policy = DL2Policy(RL_NET, RL_SCENARIO.preset.max_tasks, RL_SCENARIO.options.assign_bundle)
     with torch.no_grad():
         policy.net.body[-1].bias[-1] += void_bias  # the last logit is void
     return policy
@@ -215,7 +218,7 @@ def make_resume_trainer(exploration: str = "code", replay: str = "prioritized", 
     """The trainer of the resume tests (also built in the subprocess that gets killed)."""
     train, validation = _traces(RESUME_SCENARIO, 4, seed=5), _traces(RESUME_SCENARIO, 1, seed=6)
     torch.manual_seed(3)
-    policy = DL2Policy(RESUME_NET, RESUME_SCENARIO.preset.max_tasks)
+    policy = DL2Policy(RESUME_NET, RESUME_SCENARIO.preset.max_tasks, RESUME_SCENARIO.options.assign_bundle)
     ppo = dict(updates=RESUME_UPDATES // 4, rollout_length=16, shaping="analytical", lr_schedule="linear",
                validate_every=5, checkpoint_every=RESUME_EVERY // 2) if algorithm == "ppo" else {}
     config = RLConfig(**{**dict(updates=RESUME_UPDATES, num_envs=3, lr=1e-3, entropy=0.05, batch_size=32, replay=replay,
@@ -362,7 +365,8 @@ def _random_states(rng, n, window, max_tasks):
 def test_a_saved_model_loads_back_and_schedules(preset_name, tmp_path):
     scenario = Scenario(tiny_preset(3, 3, 10))
     torch.manual_seed(0)
-    policy = DL2Policy(net_config(preset_name, hidden=(48, 48), window=8), scenario.preset.max_tasks)
+    policy = DL2Policy(net_config(preset_name, hidden=(48, 48), window=8), scenario.preset.max_tasks,
+                       scenario.options.assign_bundle)
     path = tmp_path / "model.pt"
     policy.save(path, extra={"note": "test"})
     loaded = DL2Policy.load(path)
@@ -370,7 +374,8 @@ def test_a_saved_model_loads_back_and_schedules(preset_name, tmp_path):
     states = _random_states(np.random.default_rng(0), 64, policy.config.window, policy.max_tasks)
     np.testing.assert_array_equal(_probs(loaded, states), _probs(policy, states))
     scheduler = get_scheduler(str(path))
-    assert isinstance(scheduler, DL2Scheduler) and scheduler.name == "model"
+    assert isinstance(scheduler, DL2Scheduler) and scheduler.name == "model" and scheduler.greedy
+    scheduler = DL2Scheduler.load(path, greedy=False)  # random weights: greedy, void may win every slot
     for trace in _traces(scenario, 2, seed=9):
         result = simulate(trace, scheduler, scenario)
         assert result.jct.shape == (len(trace),) and np.isfinite(result.jct).all() and (result.jct > 0).all()
@@ -380,7 +385,8 @@ def test_a_saved_model_loads_back_and_schedules(preset_name, tmp_path):
 def test_the_scheduler_and_the_environment_make_the_same_greedy_decisions(assign_bundle, network):
     scenario = Scenario(tiny_preset(3, 3, 10), SimOptions(assign_bundle=assign_bundle))
     torch.manual_seed(1)
-    policy = DL2Policy(net_config(network, hidden=(48, 48), window=8), scenario.preset.max_tasks)
+    policy = DL2Policy(net_config(network, hidden=(48, 48), window=8), scenario.preset.max_tasks,
+                       scenario.options.assign_bundle)
     for trace in _traces(scenario, 2, seed=10):
         via_scheduler = simulate(trace, DL2Scheduler(policy, greedy=True), scenario).jct.mean()
         via_env = run_policy(policy, [trace], scenario, greedy=True).avg_jct[0]
@@ -409,10 +415,45 @@ def test_loading_something_that_is_not_a_model_is_a_dl2_error(tmp_path):
     with pytest.raises(Dl2Error, match="weights_only.pt"):
         get_scheduler(str(wrong_dict))
     truncated = tmp_path / "truncated.pt"
-    DL2Policy(net_config("paper", hidden=(16,), window=4), max_tasks=3).save(truncated)
+    DL2Policy(net_config("paper", hidden=(16,), window=4), max_tasks=3, assign_bundle=True).save(truncated)
     truncated.write_bytes(truncated.read_bytes()[:200])
     with pytest.raises(Dl2Error, match="truncated.pt"):
         DL2Policy.load(truncated)
+
+
+class _RunsCodeWhenUnpickled:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def test_a_model_file_that_would_run_code_is_refused_unopened(tmp_path):
+    marker = tmp_path / "ran"
+    crafted = tmp_path / "shared.pt"
+    torch.save({"config": _RunsCodeWhenUnpickled(marker), "max_tasks": 8}, crafted)
+    with pytest.raises(Dl2Error, match=r"shared.pt: refused: .* Python code \(.*\), which dl2 never runs"):
+        DL2Policy.load(crafted)
+    with pytest.raises(Dl2Error, match="refused"):
+        get_scheduler(str(crafted))
+    assert not marker.exists()
+
+
+def test_a_model_runs_greedy_and_as_it_was_trained_wherever_it_is_loaded(tmp_path, capsys):
+    """`dl2 simulate --policy model.pt` gives the number `evaluate` reports for the model: greedy, with the
+    bundle per job it was trained with, though the command line does not ask for one."""
+    trained_in = Scenario(get_preset("paper"), SimOptions(assign_bundle=True))
+    torch.manual_seed(4)
+    policy = DL2Policy(net_config("per-job", hidden=(32, 32), window=10), 8, assign_bundle=True)
+    path = tmp_path / "model.pt"
+    policy.save(path)
+    assert DL2Policy.load(path).assign_bundle and get_scheduler(str(path)).greedy
+    trace = _traces(trained_in, 1, seed=12)[0]
+    write_trace(trace, tmp_path / "trace.csv")
+    assert main(["simulate", "--trace", str(tmp_path / "trace.csv"), "--policy", str(path), "--preset", "paper"]) == 0
+    reported = json.loads(capsys.readouterr().out)["avg_jct"]
+    assert reported == run_policy(policy, [trace], trained_in, greedy=True).avg_jct[0]
 
 
 NOT_TORCH_FILES = {"text": b"these are not weights\n", "empty": b"", "binary": bytes(range(256)) * 4,
@@ -431,7 +472,7 @@ def test_loading_a_file_that_is_not_a_torch_file_is_a_dl2_error(kind, tmp_path):
 
 def test_a_model_for_another_max_tasks_is_refused(tmp_path):
     path = tmp_path / "m.pt"
-    DL2Policy(net_config("paper", hidden=(16,), window=4), max_tasks=5).save(path)
+    DL2Policy(net_config("paper", hidden=(16,), window=4), max_tasks=5, assign_bundle=True).save(path)
     scenario = Scenario(tiny_preset(2, 2, 6))
     with pytest.raises(Dl2Error, match="max_tasks"):
         simulate(_traces(scenario, 1)[0], get_scheduler(str(path)), scenario)
@@ -507,7 +548,7 @@ def test_finetune_run_resumes_only_its_own_checkpoint(tmp_path):
     settings = workflow.LearnSettings(preset="paper", window=10, hidden=(32, 32), train_traces=2, validation_traces=1)
     rl = RLConfig(updates=4, num_envs=2, batch_size=32, learn_start=64, validate_every=2, checkpoint_every=2,
                   replay="uniform", exploration="off")
-    pretrained = DL2Policy(workflow.network(settings), 8)
+    pretrained = DL2Policy(workflow.network(settings), 8, settings.assign_bundle)
     checkpoint = tmp_path / "run.ckpt"
     policy, history = workflow.finetune_run("sl-rl", settings, rl, pretrained, checkpoint)
     assert list(history["update"]) == [2, 4] and (history.run == "sl-rl").all() and list(history.chosen) == [False, True]
@@ -543,7 +584,7 @@ def test_finetune_runs_in_worker_processes_end_as_in_one_process(tmp_path):
     plan = workflow.finetune_plan({"finetune": {"runs": ["sl-rl", "rl-only"], "seeds": [0, 1], "updates": 2, "num_envs": 2,
                                                 "batch_size": 32, "rollout_length": 16, "validate_every": 1, "workers": 1}})
     torch.manual_seed(0)
-    pretrained = DL2Policy(workflow.network(settings), 8)
+    pretrained = DL2Policy(workflow.network(settings), 8, settings.assign_bundle)
     rows = []
     serial = list(workflow.finetune_all(plan, settings, pretrained, tmp_path / "serial", on_row=lambda m, r: rows.append((m, r["update"]))))
     parallel_rows = []
@@ -583,7 +624,7 @@ def test_the_live_schedulers_compiled_forward_pass_matches_the_network(network, 
     from dl2.learn.compiled import FrozenPolicy
 
     torch.manual_seed(4)
-    policy = DL2Policy(net_config(network, window=12, hidden=hidden), 8)
+    policy = DL2Policy(net_config(network, window=12, hidden=hidden), 8, assign_bundle=True)
     with torch.no_grad():  # give batch norm statistics that are not the identity
         for module in policy.net.modules():
             if isinstance(module, torch.nn.BatchNorm1d):
@@ -609,7 +650,8 @@ def test_slot_latency_times_a_whole_slot_of_decisions():
 
     scenario = Scenario(tiny_preset(3, 3, 10), SimOptions(assign_bundle=True))
     torch.manual_seed(0)
-    policy = DL2Policy(net_config("paper", window=10, hidden=(32, 32)), scenario.preset.max_tasks)
+    policy = DL2Policy(net_config("paper", window=10, hidden=(32, 32)), scenario.preset.max_tasks,
+                       scenario.options.assign_bundle)
     latency = slot_latency(policy, scenario, num_jobs=10, repeats=3)
     assert latency.seconds > 0 and latency.decisions >= 1
 
@@ -655,7 +697,7 @@ def test_the_per_job_network_is_equivariant_to_the_jobs_order(one_hot):
 
     torch.manual_seed(0)
     config = net_config("per-job", window=6, hidden=(16, 16), one_hot=one_hot)
-    policy, value = DL2Policy(config, 8), value_net(config)
+    policy, value = DL2Policy(config, 8, assign_bundle=True), value_net(config)
     states = _random_states(np.random.default_rng(2), 16, 6, 8)
     states[:, :3, 0] = np.maximum(states[:, :3, 0], 1)  # at least three jobs in every window
     states[:, 3:] = 0

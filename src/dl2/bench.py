@@ -76,11 +76,11 @@ def learn_benchmark(num_traces: int = 16, window: int = 40, networks: tuple[str,
         scenario = workflow.scenario(settings)
         train, validation = workflow.split_traces(settings, scenario)
         torch.manual_seed(0)
-        policy = DL2Policy(workflow.network(settings), scenario.preset.max_tasks)
+        policy = DL2Policy(workflow.network(settings), scenario.preset.max_tasks, scenario.options.assign_bundle)
         run_policy(policy, validation[:1], scenario)  # load compiled code outside the timing
         rollout = run_policy(policy, (train * num_traces)[:num_traces], scenario, seed=0)
         wide_settings = workflow.LearnSettings(network=network, window=window)
-        wide = DL2Policy(workflow.network(wide_settings), scenario.preset.max_tasks)
+        wide = DL2Policy(workflow.network(wide_settings), scenario.preset.max_tasks, scenario.options.assign_bundle)
         slot_latency(wide, scenario, repeats=2)
         latency = slot_latency(wide, scenario, repeats=50)
         # A trained policy adds more tasks per slot than random weights: time one that imitates DRF at the wide window.

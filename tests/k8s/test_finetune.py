@@ -48,7 +48,7 @@ def test_online_rl_on_the_testbed_updates_the_policy_and_logs_to_mlflow(testbed,
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     sc = scenario(assign_bundle=True)
     torch.manual_seed(0)
-    policy = DL2Policy(net_config("paper", window=10), PRESET.max_tasks)
+    policy = DL2Policy(net_config("paper", window=10), PRESET.max_tasks, sc.options.assign_bundle)
     before = [p.detach().clone() for p in policy.net.parameters()]
     learner = {"dl2": dict(replay_size=512, learn_start=32),
                "ppo": dict(replay="off", exploration="off", shaping="env", rollout_length=16, ppo_epochs=2)}[algorithm]

@@ -32,7 +32,7 @@ def run_on_kubernetes(kube, tr, sc, scheduler, ns=None):
 
 def dl2_scheduler(seed: int = 0) -> DL2Scheduler:
     torch.manual_seed(3)
-    policy = DL2Policy(net_config("paper", window=10), PRESET.max_tasks)
+    policy = DL2Policy(net_config("paper", window=10), PRESET.max_tasks, assign_bundle=False)
     return DL2Scheduler(policy, greedy=False, seed=seed)
 
 

@@ -54,7 +54,7 @@ def pretrain(train: Sequence[Trace], validation: Sequence[Trace], scenario: Scen
     (greedy and sampled) beside the teacher's.
     """
     torch.manual_seed(config.seed)
-    policy = DL2Policy(net, scenario.preset.max_tasks)
+    policy = DL2Policy(net, scenario.preset.max_tasks, scenario.options.assign_bundle)
     x_train, y_train, m_train = _dataset(policy, train, scenario, config.teacher)
     x_val, y_val, m_val = _dataset(policy, validation, scenario, config.teacher)
     teacher_jct = float(np.mean([simulate(t, config.teacher, scenario).jct.mean() for t in validation]))

@@ -211,7 +211,7 @@ def finetune_run(name: str, settings: LearnSettings, rl: RLConfig, pretrained: D
             trainer = None
     if trainer is None:
         torch.manual_seed(rl.seed)
-        start = DL2Policy.load_state(pretrained) if from_pretrained else DL2Policy(network(settings), measured.preset.max_tasks)
+        start = DL2Policy.load_state(pretrained) if from_pretrained else DL2Policy(network(settings), measured.preset.max_tasks, settings.assign_bundle)
         trainer = Trainer(start, train, validation, world, rl, validation_scenario=measured, tag=tag,
                           make_env=environment_factory(backend, name),
                           selection=selection_traces(settings, measured, rl.select_traces))
