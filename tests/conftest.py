@@ -1,15 +1,20 @@
-"""Shared fixtures: presets from the project's params.yaml and small hand-made cases."""
+"""Shared fixtures: presets from the project's params.yaml, small hand-made cases, and the learning
+settings the learning tests train with (stated here in full: the package's only defaults live in
+params.yaml)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from dl2.config import Preset, get_preset
+from dl2.learn.pretrain import PretrainConfig
+from dl2.learn.settings import LearnSettings
+from dl2.learn.trainer import RLConfig
+from dl2.schedulers.heuristics import POLICY_IDS, run_to_completion
+from dl2.sim import engine
 from dl2.sim.scenario import Scenario, SimOptions
 from dl2.sim.state import make_cluster, make_jobs, make_recorder
-from dl2.sim import engine
-from dl2.sim.policies import POLICY_IDS
+from dl2.workload.presets import Preset, get_preset
 
 
 @pytest.fixture(scope="session")
@@ -20,6 +25,32 @@ def paper() -> Scenario:
 def tiny_preset(num_nodes: int = 2, max_tasks: int = 2, num_jobs: int = 6) -> Preset:
     return Preset("tiny", num_nodes=num_nodes, num_jobs=num_jobs, max_arrivals=2, max_epochs=30000,
                   max_tasks=max_tasks, speed_table="public_release", bucket_to_model=False)
+
+
+# The paper's learner as the authors' code sets it: what the RL tests train with, unless they say otherwise.
+PAPER_LEARNER = dict(algorithm="actor-critic", updates=1000, num_envs=8, lr=1e-4, lr_schedule="constant", entropy=0.1,
+                     batch_size=256, critic="slot", gamma=0.9, reward="slot", replay="prioritized", replay_size=8192,
+                     learn_start=1024, exploration="code", epsilon=0.4, shaping="off", gae_lambda=0.95, clip=0.2, ppo_epochs=4,
+                     rollout_length=128, validate_every=100, checkpoint_every=100, select_traces=0, seed=0)
+PPO = dict(algorithm="ppo", exploration="off", replay="off")
+
+
+def rl_config(**changes) -> RLConfig:
+    """`PAPER_LEARNER` with `changes` (`**PPO` for the PPO learner)."""
+    return RLConfig(**{**PAPER_LEARNER, **changes})
+
+
+def pretrain_config(**changes) -> PretrainConfig:
+    """Pretraining on DRF's decisions, 10 epochs, with `changes`."""
+    return PretrainConfig(**{**dict(teacher="drf", epochs=10, batch_size=256, lr=0.005, seed=0, eval_every=1, label_smoothing=0.0),
+                             **changes})
+
+
+def learn_settings(**changes) -> LearnSettings:
+    """Learning on `paper` with the paper's network and 40 + 10 traces, with `changes` (`preset` by name)."""
+    values = {**dict(preset="paper", window=20, network="paper", hidden=None, one_hot=None, batch_norm=None, assign_bundle=True,
+                     train_traces=40, validation_traces=10, seed=7, arrivals="ali", speed_noise=0.0, epoch_error=0.0), **changes}
+    return LearnSettings(**{**values, "preset": get_preset(values["preset"])})
 
 
 def run_by_hand(policy: str, arrivals, epochs, table_fn, num_nodes: int = 2, max_tasks: int = 2,
@@ -35,10 +66,10 @@ def run_by_hand(policy: str, arrivals, epochs, table_fn, num_nodes: int = 2, max
                      np.tile(worker, (n, 1)), np.tile(ps, (n, 1)))
     cluster = make_cluster(num_nodes, 8, 8)
     stats = np.empty((1000, engine.NUM_STATS))
-    slots = engine.run_builtin(POLICY_IDS[policy], jobs, cluster, make_recorder(0, 1), table, table, max_tasks,
+    slots = run_to_completion(POLICY_IDS[policy], jobs, cluster, make_recorder(0, 1), table, table, max_tasks,
                                fine_grained, False, stats)
     assert slots > 0
     return jobs.end - jobs.arrival + 1
 
 
-__all__ = ["run_by_hand", "tiny_preset", "SimOptions"]
+__all__ = ["run_by_hand", "tiny_preset", "SimOptions", "rl_config", "pretrain_config", "learn_settings", "PPO"]

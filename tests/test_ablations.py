@@ -10,144 +10,158 @@ import pytest
 from dl2 import reproduction as rep
 from dl2.config import load_params
 from dl2.errors import Dl2Error
-from dl2.learn import ablations as ab
 from dl2.learn import workflow
+from dl2.learn.ablations import cells as ab_cells
+from dl2.learn.ablations import plan as ab_plan
+from dl2.learn.ablations import tables
 from dl2.paths import repo_root
-from dl2.sim.run import simulate
+from dl2.schedulers import simulate_builtin
+from dl2.stages import load_stage
+from dl2.workload.presets import presets_from
 
 PARAMS = load_params(repo_root() / "params.yaml")
+PRESETS = presets_from(PARAMS, "params.yaml")
+
+
+def plan_of(axis: str) -> ab_plan.AblationPlan:
+    """The project's plan of `axis`, as its `ablate` stage loads it."""
+    group = next(g for g, axes in PARAMS["ablations"]["groups"].items() if axis in axes)
+    return next(p for p in load_stage(f"ablate@{group}").config.plans if p.axis == axis)
+
+
+def plan_with(ablations: dict, axis: str, **sections) -> ab_plan.AblationPlan:
+    """`axis` of an `ablations` section of one's own, on the project's sections changed by `sections`."""
+    main = {name: {**PARAMS[name], **sections.get(name, {})} for name in ab_plan.SECTIONS}
+    settings = ab_plan.ablation_settings({"seeds": [0], "workers": 1, "groups": {}, **ablations}, "params.yaml")
+    return ab_plan.plan_axis(settings, axis, main, PRESETS, "params.yaml")
 
 
 def test_every_group_of_the_projects_params_plans_and_names_each_axis_once():
     groups = PARAMS["ablations"]["groups"]
-    axes = [axis for group in groups for axis in ab.group_axes(PARAMS, group)]
+    plans = [plan for group in groups for plan in load_stage(f"ablate@{group}").config.plans]
+    axes = [plan.axis for plan in plans]
     assert sorted(axes) == sorted(PARAMS["ablations"]["axes"]) and len(axes) == len(set(axes))
-    for axis in axes:
-        plan = ab.plan(PARAMS, axis)
+    for plan in plans:
         assert plan.reference in {c.label for c in plan.cells} and plan.seeds == tuple(PARAMS["ablations"]["seeds"])
 
 
 def test_a_cell_is_the_main_sections_then_the_scale_then_the_axis_base_then_its_own_overrides():
-    params = {
-        "learn": {"window": 20, "train_traces": 40}, "pretrain": {"teacher": "drf"}, "finetune": {"lr": 0.003, "updates": 200},
-        "ablations": {"scale": "small", "scales": {"small": {"finetune": {"updates": 4}}},
-                      "axes": {"replay": {"base": {"finetune": {"algorithm": "dl2", "lr": 0.0001}}, "reference": "on",
-                                          "cells": {"on": {"finetune": {"replay": "uniform"}},
-                                                    "none": {"run": "rl-only", "finetune": {"replay": "off"}}}}}},
-    }
-    plan = ab.plan(params, "replay")
+    ablations = {"scale": "small", "scales": {"small": {"finetune": {"updates": 4}}},
+                 "axes": {"replay": {"base": {"finetune": {"algorithm": "actor-critic", "shaping": "off", "lr": 0.0001}}, "reference": "on",
+                                     "cells": {"on": {"finetune": {"replay": "uniform"}},
+                                               "none": {"run": "rl-only", "finetune": {"replay": "off"}}}}}}
+    plan = plan_with(ablations, "replay", learn={"window": 20, "train_traces": 40}, finetune={"lr": 0.003, "updates": 200})
     on, none = plan.cells
-    assert on.params["finetune"] == {"lr": 0.0001, "updates": 4, "algorithm": "dl2", "replay": "uniform"}
-    assert on.params["learn"] == {"window": 20, "train_traces": 40} and on.run == "sl-rl" and none.run == "rl-only"
-    assert none.params["finetune"]["replay"] == "off" and plan.reference == "on"
+    assert on.params["finetune"] == {**PARAMS["finetune"], "lr": 0.0001, "updates": 4, "algorithm": "actor-critic", "shaping": "off",
+                                     "replay": "uniform"}
+    assert (on.finetune.lr, on.finetune.updates, on.finetune.replay) == (0.0001, 4, "uniform")
+    assert on.params["learn"] == {**PARAMS["learn"], "window": 20, "train_traces": 40} and on.settings.train_traces == 40
+    assert on.run == "sl-rl" and none.run == "rl-only"
+    assert none.finetune.replay == "off" and plan.reference == "on"
     assert on.digest(0) != on.digest(1) != none.digest(1)
-    assert params["finetune"] == {"lr": 0.003, "updates": 200}, "planning must not change the params"
 
 
 def test_a_cells_digest_follows_what_it_computes_not_how_runs_are_scheduled():
-    cell = ab.plan(PARAMS, "pretraining").cells[0]
-    def with_finetune(**keys):
-        return replace(cell, params={**cell.params, "finetune": {**cell.params["finetune"], **keys}})
-    assert with_finetune(workers=3, seeds=[5], runs=["rl-only"]).digest(0) == cell.digest(0)
-    assert with_finetune(lr=0.5).digest(0) != cell.digest(0) != cell.digest(1)
+    ablations = {"scale": "small", "scales": {"small": {}}, "axes": {"x": {"cells": {"a": {}}}}}
+    cell = plan_with(ablations, "x").cells[0]
+    assert plan_with(ablations, "x", finetune={"workers": 3, "seeds": [5], "runs": ["rl-only"]}).cells[0].digest(0) == cell.digest(0)
+    assert plan_with(ablations, "x", finetune={"lr": 0.5}).cells[0].digest(0) != cell.digest(0) != cell.digest(1)
 
 
 def test_a_network_override_that_repeats_the_presets_value_is_the_reference_not_a_new_cell():
     def cell(axis, label):
-        return next(c for c in ab.plan(PARAMS, axis).cells if c.label == label)
+        return next(c for c in plan_of(axis).cells if c.label == label)
     reference = cell("pretraining", "sl-rl")  # the per-job network: 2 x 128, one-hot job types
     for axis, label in [("layers", "2"), ("width", "128"), ("window", "20"), ("job-type", "one-hot"), ("teacher", "drf")]:
         assert cell(axis, label).digest(0) == reference.digest(0), (axis, label)
     for axis, label in [("layers", "3"), ("width", "64"), ("window", "30"), ("job-type", "integer")]:
         assert cell(axis, label).digest(0) != reference.digest(0), (axis, label)
     paper_net = cell("batch-norm", "off")  # the paper's network has no batch norm of its own: `off` repeats it
-    assert paper_net.digest(0) == replace(paper_net, params={**paper_net.params, "learn": {
-        k: v for k, v in paper_net.params["learn"].items() if k != "batch_norm"}}).digest(0)
+    assert paper_net.digest(0) == replace(paper_net, settings=replace(paper_net.settings, batch_norm=None)).digest(0)
 
 
 def _with(axis_spec=None, **section):
-    ablations = {"scale": "small", "scales": {"small": {}}, "axes": {"x": axis_spec or {"cells": {"a": {}}}}, **section}
-    return {"ablations": ablations}
+    return {"scale": "small", "scales": {"small": {}}, "axes": {"x": axis_spec or {"cells": {"a": {}}}}, **section}
 
 
-@pytest.mark.parametrize("params, axis, key", [
+@pytest.mark.parametrize("ablations, axis, key", [
     (_with(), "y", "ablations.axes"),
     (_with({"cells": {}}), "x", "ablations.axes.x.cells"),
     (_with({"cells": {"a": {"run": "best"}}}), "x", "ablations.axes.x.cells.a.run"),
     (_with({"cells": {"a": {"network": {}}}}), "x", "ablations.axes.x.cells.a: network"),
-    (_with({"cells": {"a": {"finetune": {"lr": "fast"}}}}), "x", "finetune.lr"),
-    (_with({"cells": {"a": {"learn": {"arrivals": "bursty"}}}}), "x", "learn.arrivals"),
-    (_with({"cells": {"a": {"learn": {"speed_noise": 1.5}}}}), "x", "learn.speed_noise"),
+    (_with({"cells": {"a": {"finetune": {"lr": "fast"}}}}), "x", "ablations.axes.x.cells.a: finetune.lr"),
+    (_with({"cells": {"a": {"learn": {"arrivals": "bursty"}}}}), "x", "ablations.axes.x.cells.a: learn.arrivals"),
+    (_with({"cells": {"a": {"learn": {"speed_noise": 1.5}}}}), "x", "ablations.axes.x.cells.a: learn.speed_noise"),
     (_with({"cells": {"a": {}}, "reference": "b"}), "x", "ablations.axes.x.reference"),
     (_with(scale="huge"), "x", "ablations.scale"),
     (_with(seeds=[0, 0]), "x", "ablations.seeds"),
     (_with(workers=-1), "x", "ablations.workers"),
 ])
-def test_a_bad_ablation_names_the_cell_and_key(params, axis, key):
-    with pytest.raises(Dl2Error, match=key.replace(".", r"\.")):
-        ab.plan(params, axis)
+def test_a_bad_ablation_names_the_cell_and_key(ablations, axis, key):
+    with pytest.raises(Dl2Error, match="params.yaml: " + key.replace(".", r"\.")):
+        plan_with(ablations, axis)
 
 
 def test_an_unknown_group_or_a_group_of_unknown_axes_is_refused():
+    settings = ab_plan.ablation_settings({"seeds": [0], "workers": 1, **_with(groups={"g": ["x"]})}, "params.yaml")
     with pytest.raises(Dl2Error, match=r"ablations\.groups: no group 'z'"):
-        ab.group_axes(_with(groups={"g": ["x"]}), "z")
+        ab_plan.group_plans(settings, "z", PARAMS, PRESETS, "params.yaml")
+    settings = replace(settings, groups={"g": ["x", "nope"]})
     with pytest.raises(Dl2Error, match=r"ablations\.groups\.g"):
-        ab.group_axes(_with(groups={"g": ["x", "nope"]}), "g")
+        ab_plan.group_plans(settings, "g", PARAMS, PRESETS, "params.yaml")
 
 
+@pytest.mark.slow
 def test_a_stored_cell_result_is_reused_and_a_stale_one_is_not(tmp_path):
-    cell = ab.plan(PARAMS, "pretraining").cells[0]
+    cell = plan_of("pretraining").cells[0]
     stored = {"digest": cell.digest(0), "cell": cell.label, "seed": 0, "val_jct_greedy": 1.5}
     (tmp_path / f"{cell.label}-s0.json").write_text(json.dumps(stored))
-    assert ab.run_cell(cell, 0, None, tmp_path) == stored  # resumed: nothing trained
-    sl_only = next(c for c in ab.plan(PARAMS, "pretraining").cells if c.run == "sl-only")
+    assert ab_cells.run_cell(cell, 0, tmp_path) == stored  # resumed: nothing trained
+    sl_only = next(c for c in plan_of("pretraining").cells if c.run == "sl-only")
     (tmp_path / f"{sl_only.label}-s0.json").write_text(json.dumps({**stored, "digest": "stale"}))
-    result = ab.run_cell(sl_only, 0, None, tmp_path)
+    result = ab_cells.run_cell(sl_only, 0, tmp_path)
     assert result["digest"] == sl_only.digest(0) and np.isfinite(result["val_jct_greedy"]) and result["history"] == {}
-    settings = workflow.learn_settings(sl_only.params)
-    measured = workflow.scenario(settings)
-    _, validation = workflow.split_traces(settings, measured)
-    assert result["teacher"] == np.mean([simulate(t, "drf", measured).jct.mean() for t in validation])  # the cell's teacher
+    measured = workflow.scenario(sl_only.settings)
+    _, validation = workflow.split_traces(sl_only.settings, measured)
+    assert result["teacher"] == np.mean([simulate_builtin(t, "drf", measured).jct.mean() for t in validation])  # the cell's teacher
 
 
+@pytest.mark.slow
 def test_a_group_in_two_worker_processes_gives_the_results_of_one_process(tmp_path):
-    def sl_only_plans(workers):  # two axes of one group, cheap cells (pretraining only)
-        pretraining = ab.plan(PARAMS, "pretraining")
-        job_type = ab.plan(PARAMS, "job-type")
-        return [replace(pretraining, cells=tuple(c for c in pretraining.cells if c.run == "sl-only"), workers=workers),
-                replace(job_type, cells=tuple(replace(c, run="sl-only") for c in job_type.cells), workers=workers)]
-
-    serial = ab.run_plans(sl_only_plans(1), None, tmp_path / "serial", progress=False)
-    parallel = ab.run_plans(sl_only_plans(2), None, tmp_path / "parallel", progress=False)
+    pretraining, job_type = plan_of("pretraining"), plan_of("job-type")  # two axes of one group, cheap cells (pretraining only)
+    plans = [replace(pretraining, cells=tuple(c for c in pretraining.cells if c.run == "sl-only")),
+             replace(job_type, cells=tuple(replace(c, run="sl-only") for c in job_type.cells))]
+    serial = ab_cells.run_plans(plans, tmp_path / "serial", workers=1, progress=False)
+    parallel = ab_cells.run_plans(plans, tmp_path / "parallel", workers=2, progress=False)
     assert list(parallel) == ["pretraining", "job-type"] and [r["cell"] for r in parallel["job-type"]] == ["one-hot", "integer"]
     assert parallel == serial
     assert (tmp_path / "parallel" / "job-type" / "integer-s0.json").is_file()
 
 
 def test_cells_that_compute_the_same_in_two_axes_train_once(tmp_path, monkeypatch):
-    pretraining = ab.plan(PARAMS, "pretraining")
+    pretraining = plan_of("pretraining")
     sl_only = next(c for c in pretraining.cells if c.run == "sl-only")
-    plans = [replace(pretraining, cells=(sl_only,), workers=1),
-             replace(pretraining, axis="again", cells=(replace(sl_only, axis="again", label="same"),), workers=1)]
+    plans = [replace(pretraining, cells=(sl_only,)),
+             replace(pretraining, axis="again", cells=(replace(sl_only, axis="again", label="same"),))]
     trained = []
-    run_cell = ab.run_cell
-    monkeypatch.setattr(ab, "run_cell", lambda cell, *args: trained.append(cell.label) or run_cell(cell, *args))
-    results = ab.run_plans(plans, None, tmp_path, progress=False)
+    run_cell = ab_cells.run_cell
+    monkeypatch.setattr(ab_cells, "run_cell", lambda cell, *args: trained.append(cell.label) or run_cell(cell, *args))
+    results = ab_cells.run_plans(plans, tmp_path, workers=1, progress=False)
     assert trained == ["sl-only"]
     (first,), (again,) = results["pretraining"], results["again"]
     assert (again["axis"], again["cell"]) == ("again", "same") and again["val_jct_greedy"] == first["val_jct_greedy"]
     assert json.loads((tmp_path / "again" / "same-s0.json").read_text()) == again
     trained.clear()
-    assert ab.run_plans(plans, None, tmp_path, progress=False) == results and trained == ["sl-only"]  # resumed as stored
+    assert ab_cells.run_plans(plans, tmp_path, workers=1, progress=False) == results and trained == ["sl-only"]  # resumed as stored
 
 
 def test_cells_that_pretrain_alike_share_one_pretrained_policy_and_the_result_is_the_same(tmp_path):
-    prioritized, uniform = ab.plan(PARAMS, "replay").cells[:2]  # they differ only in fine-tuning
-    ab.run_cell(prioritized, 0, None, tmp_path / "shared" / "replay")
+    prioritized, uniform = plan_of("replay").cells[:2]  # they differ only in fine-tuning
+    ab_cells.run_cell(prioritized, 0, tmp_path / "shared" / "replay")
     stored = list((tmp_path / "shared" / "pretrained").glob("*.pt"))
-    reused = ab.run_cell(uniform, 0, None, tmp_path / "shared" / "replay")
+    reused = ab_cells.run_cell(uniform, 0, tmp_path / "shared" / "replay")
     assert list((tmp_path / "shared" / "pretrained").glob("*.pt")) == stored and len(stored) == 1
-    fresh = ab.run_cell(uniform, 0, None, tmp_path / "alone" / "replay")
+    fresh = ab_cells.run_cell(uniform, 0, tmp_path / "alone" / "replay")
     for result in (fresh, reused):
         del result["history"]["seconds"]  # wall time
     assert json.dumps(fresh, sort_keys=True) == json.dumps(reused, sort_keys=True)  # NaN-safe
@@ -156,12 +170,13 @@ def test_cells_that_pretrain_alike_share_one_pretrained_policy_and_the_result_is
 def test_summary_compares_every_cell_with_the_reference():
     results = pd.DataFrame([{"cell": c, "seed": s, "val_jct_greedy": j, "val_jct_sampled": j, "lower_bound": 5.0, "optimus": 6.5}
                             for c, js in (("full", (6.0, 6.2)), ("no-replay", (7.5, 8.1))) for s, j in enumerate(js)])
-    table = ab.summary(results, "full").set_index("cell")
+    table = tables.summary(results, "full").set_index("cell")
     assert table.loc["full", "vs_reference"] == 0.0
     assert table.loc["no-replay", "vs_reference"] == pytest.approx(7.8 / 6.1 - 1)
-    assert table.loc["no-replay", "sd"] == pytest.approx(np.std([7.5, 8.1], ddof=1)) and table.loc["full", "ratio_to_bound"] == pytest.approx(1.22)
+    assert table.loc["no-replay", "sd"] == pytest.approx(np.std([7.5, 8.1], ddof=1))
+    assert table.loc["full", "ratio_to_bound"] == pytest.approx(1.22)
     assert table.loc["full", "vs_optimus"] == pytest.approx(6.1 / 6.5 - 1) and "vs_teacher" not in table
-    with_teacher = ab.summary(results.assign(teacher=[10.0, 10.0, 7.0, 7.0]), "full").set_index("cell")
+    with_teacher = tables.summary(results.assign(teacher=[10.0, 10.0, 7.0, 7.0]), "full").set_index("cell")
     assert with_teacher.loc["no-replay", "vs_teacher"] == pytest.approx(7.8 / 7.0 - 1)
     assert list(with_teacher.columns) == [*table.columns[:-4], "teacher", *table.columns[-4:-1], "vs_teacher", "reference"]
 
@@ -169,22 +184,22 @@ def test_summary_compares_every_cell_with_the_reference():
 def test_the_results_table_has_the_teachers_jct_only_when_every_result_measured_it():
     row = {"axis": "teacher", "cell": "fifo", "run": "sl-rl", "seed": 0, "val_jct_greedy": 6.0, "val_jct_sampled": 6.1,
            "lower_bound": 5.5, "optimus": 6.5}
-    assert list(ab.results_table([{**row, "teacher": 9.0}, {**row, "seed": 1, "teacher": 9.0}]).teacher) == [9.0, 9.0]
-    assert "teacher" not in ab.results_table([{**row, "teacher": 9.0}, {**row, "seed": 1}])
+    assert list(tables.results_table([{**row, "teacher": 9.0}, {**row, "seed": 1, "teacher": 9.0}]).teacher) == [9.0, 9.0]
+    assert "teacher" not in tables.results_table([{**row, "teacher": 9.0}, {**row, "seed": 1}])
 
 
 def test_curves_have_one_column_order_for_fresh_and_stored_results():
     fresh = {"cell": "a", "seed": 0, "history": {"update": [10, 20], "val_jct_greedy": [9.0, 8.0], "decisions": [5, 9]}}
     stored = json.loads(json.dumps(fresh, sort_keys=True))
     assert list(stored["history"]) != list(fresh["history"])
-    pd.testing.assert_frame_equal(ab.curves([fresh]), ab.curves([stored]))
-    assert list(ab.curves([fresh]).columns[:3]) == ["cell", "seed", "update"]
+    pd.testing.assert_frame_equal(tables.curves([fresh]), tables.curves([stored]))
+    assert list(tables.curves([fresh]).columns[:3]) == ["cell", "seed", "update"]
 
 
 def test_convergence_is_the_first_update_within_five_percent_of_the_best():
     curve = pd.DataFrame({"cell": "8", "seed": 0, "update": [10, 20, 30, 40], "decisions": [1, 2, 3, 4],
                           "val_jct_greedy": [9.0, 6.4, 6.2, 6.1]})
-    assert ab.convergence(curve).iloc[0].to_dict() == {"cell": "8", "seed": 0, "update": 20, "decisions": 2}
+    assert tables.convergence(curve).iloc[0].to_dict() == {"cell": "8", "seed": 0, "update": 20, "decisions": 2}
 
 
 @pytest.mark.parametrize("paper, ours, every_seed, expected", [
@@ -200,9 +215,9 @@ def test_table2_claims_read_the_ablations_cells_without_the_part_seed_by_seed():
             "reward": {"slot": (6.0, 8.0), "job": (5.9, 7.0)}}           # better
     results = {axis: pd.DataFrame([{"cell": c, "seed": s, "val_jct_greedy": j, "val_jct_sampled": j, "lower_bound": 5.0, "optimus": 6.5}
                                    for c, js in cells.items() for s, j in enumerate(js)]) for axis, cells in jcts.items()}
-    tables = {axis: ab.summary(frame, next(iter(jcts[axis]))) for axis, frame in results.items()}
+    summaries = {axis: tables.summary(frame, next(iter(jcts[axis]))) for axis, frame in results.items()}
     paper = {"per_action_reward": 0.291, "no_critic": 0.211, "no_job_aware_exploration": 0.288, "no_experience_replay": 0.396}
-    claims = {c["claim"].split(":")[0]: c for c in rep.table2_claims(tables, paper, results)}
+    claims = {c["claim"].split(":")[0]: c for c in rep.table2_claims(summaries, paper, results)}
     assert claims["no experience replay"]["ours"] == pytest.approx(17 / 14 - 1)
     assert claims["no experience replay"]["status"] == "direction only" and claims["no experience replay"]["every_seed"]
     assert claims["no critic"]["ours"] == pytest.approx(0.0714, abs=1e-3) and claims["no critic"]["status"] == "not reproduced"

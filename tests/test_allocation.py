@@ -85,10 +85,10 @@ def test_placing_on_a_chosen_node_keeps_the_least_loaded_queue_right():
 
 def test_a_built_in_policy_leaves_the_queue_right_for_whoever_places_next():
     """Tetris places node by node without the queue; an allocation it filled still adds to the least-loaded node."""
+    from dl2.backends.sim import SimulatedCluster
     from dl2.schedulers import get_scheduler
-    from dl2.sim.backend import SimulatedCluster
     from dl2.sim.scenario import Scenario
-    from dl2.config import Preset
+    from dl2.workload.presets import Preset
     from dl2.workload.traces import Trace
 
     preset = Preset("tiny", num_nodes=3, num_jobs=2, max_arrivals=2, max_epochs=100, max_tasks=1,

@@ -4,15 +4,17 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import yaml
 
 from dl2.cli import main
-from dl2.config import BaselinesParams, TracesParams, get_preset, load_presets
 from dl2.errors import Dl2Error
+from dl2.stages import load_stage
+from dl2.workload.presets import get_preset, load_presets
 
 PROJECT_PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
 HEADER = "job_id,arrival_slot,model,num_epochs"
@@ -99,10 +101,8 @@ def set_key(*keys_and_value: Any) -> Callable[[dict[str, Any]], None]:
 
 
 def stage_error(stage: str, params: Path) -> str:
-    from dl2.stages import stage_parameters
-
     with pytest.raises(Dl2Error) as info:
-        stage_parameters(stage, yaml.safe_load(params.read_text()), str(params))
+        load_stage(stage, params)
     msg = str(info.value)
     assert "\n" not in msg
     return msg
@@ -114,9 +114,8 @@ def stage_error(stage: str, params: Path) -> str:
 def test_project_params_are_valid_baseline():
     """The unchanged copy is accepted, so each failure below is due to its one change."""
     assert set(load_presets(PROJECT_PARAMS)) >= {"paper", "dev"}
-    params = yaml.safe_load(PROJECT_PARAMS.read_text())
-    assert TracesParams.from_params(params, str(PROJECT_PARAMS)).num_traces > 0
-    assert BaselinesParams.from_params(params, str(PROJECT_PARAMS)).policies
+    assert load_stage("traces", PROJECT_PARAMS).config.traces.num_traces > 0
+    assert load_stage("baselines", PROJECT_PARAMS).config.baselines.policies
 
 
 # ---------------------------------------------------------------- malformed traces
@@ -493,7 +492,7 @@ def test_load_presets_reports_key_directly(tmp_path):
         get_preset("paper", params)
 
 
-# ---------------------------------------------------------------- params: pipeline stages (stage_parameters)
+# ---------------------------------------------------------------- params: pipeline stages (load_stage)
 
 
 def test_params_traces_num_traces_zero(tmp_path):
@@ -581,10 +580,8 @@ def test_params_stage_sees_bad_preset(tmp_path):
 
 
 def test_unknown_stage(tmp_path):
-    from dl2.stages import stage_parameters
-
     with pytest.raises(Dl2Error, match="unknown stage 'train'"):
-        stage_parameters("train", yaml.safe_load(PROJECT_PARAMS.read_text()), str(PROJECT_PARAMS))
+        load_stage("train", PROJECT_PARAMS)
 
 
 def test_stage_command_rejects_bad_params_before_running(capsys, tmp_path, monkeypatch):
@@ -595,7 +592,7 @@ def test_stage_command_rejects_bad_params_before_running(capsys, tmp_path, monke
         raise AssertionError("stage went past the parameter check")
 
     monkeypatch.setattr(dl2.stages, "create_stage_run", must_not_run)
-    monkeypatch.setattr(dl2.stages.papermill, "execute_notebook", must_not_run)
+    monkeypatch.setattr(dl2.stages, "execute", must_not_run)
     params = params_file(tmp_path, set_key("traces", "num_traces", 0))
     data = tmp_path / "data"
     msg = run_error(capsys, ["stage", "traces", "--params", str(params), "--data-dir", str(data)])
@@ -612,8 +609,8 @@ def test_no_stray_files_in_cwd(tmp_path, capsys, monkeypatch):
     assert sorted(os.listdir(tmp_path)) == ["bad.csv"]
 
 
-def test_only_the_reproduction_stage_reports_on_the_published_results(capsys, tmp_path):
+def test_a_stage_dvc_yaml_does_not_have_is_named_with_the_ones_it_has(capsys, tmp_path):
     data = tmp_path / "data"
-    msg = run_error(capsys, ["stage", "baselines", "--published", "--data-dir", str(data)])
-    assert "--published" in msg and "reproduction" in msg
+    msg = run_error(capsys, ["stage", "ablate@everything", "--data-dir", str(data)])
+    assert "unknown stage 'ablate@everything'" in msg and "ablate@learner" in msg and "reproduction-published" in msg
     assert not data.exists()

@@ -5,13 +5,15 @@ from __future__ import annotations
 import csv
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from dl2.cli import main
-from dl2.config import get_preset
 from dl2.schedulers import policy_names
+from dl2.workload.presets import get_preset
 
 NUM_TRACES = 2
 SCHEDULER_SOURCE = '''\
@@ -256,3 +258,12 @@ def test_compare_with_user_scheduler(capsys, tmp_path, trace_file):
     assert [r["policy"] for r in rows] == ["fifo", "shortest-first"]
     for r in rows:
         assert float(r["ratio_to_lower_bound"]) >= 1.0
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly(trace_file):
+    """`dl2 simulate ... | head`: the pipe closes before the output is written; no traceback follows."""
+    proc = subprocess.Popen([sys.executable, "-m", "dl2.cli", "simulate", "--trace", str(trace_file), "--policy", "drf"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before a line is printed
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1 and err.decode() == ""

@@ -4,13 +4,14 @@ import math
 
 import numpy as np
 import pytest
-
 from conftest import tiny_preset
-from dl2.config import get_preset
+
+from dl2.backends.sim import simulate
 from dl2.learn.agent import masks_from_states
 from dl2.learn.env import DecisionEnv, VecEnv
-from dl2.sim.run import simulate
+from dl2.schedulers.builtin import simulate_builtin
 from dl2.sim.scenario import Scenario, SimOptions
+from dl2.workload.presets import get_preset
 from dl2.workload.traces import generate_trace
 
 
@@ -84,7 +85,7 @@ def test_masks_never_allow_an_infeasible_action(preset, assign_bundle, window):
         state, info = env.reset()
         _check_decision_point(env, state, info)
         _check_resources(env)
-        for steps in range(100_000):
+        for _ in range(100_000):
             action = _random_legal(info["mask"], rng)
             if rng.random() < 0.1 and not info["mask"].all():
                 # an illegal action (a buggy agent) must not break the rules either
@@ -114,7 +115,7 @@ def test_masks_on_the_paper_preset_with_random_actions():
 
 def _replay(trace, teacher, scenario, window):
     """Feed the teacher's recorded decisions to a DecisionEnv; returns (env JCTs, teacher JCTs)."""
-    sim = simulate(trace, teacher, scenario, record_window=window)
+    sim = simulate_builtin(trace, teacher, scenario, record_window=window)
     d = sim.decisions
     assert d.outside_window == 0
     env = DecisionEnv([trace], scenario, window=window)

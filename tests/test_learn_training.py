@@ -10,30 +10,34 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
-
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
+import yaml
+from conftest import PPO, learn_settings, pretrain_config, rl_config, tiny_preset
 
-from conftest import tiny_preset
+from dl2.backends import load_scheduler
+from dl2.backends.sim import simulate
 from dl2.cli import main
-from dl2.config import get_preset
+from dl2.config import load_params
 from dl2.errors import Dl2Error
 from dl2.learn.agent import DL2Policy, DL2Scheduler, masks_from_states
-from dl2.learn.exploration import Explorer
-from dl2.learn.nets import masked_log_probs, net_config
-from dl2.learn.pretrain import PretrainConfig, pretrain, teacher_decisions
-from dl2.learn.rl import RLConfig, Trainer
 from dl2.learn.env import DecisionEnv
+from dl2.learn.exploration import Explorer
+from dl2.learn.learners import LEARNERS, make_trainer
+from dl2.learn.nets import masked_log_probs, net_config
+from dl2.learn.pretrain import pretrain, teacher_decisions
 from dl2.learn.rollout import run_policy
-from dl2.schedulers import get_scheduler
-from dl2.sim.run import simulate
+from dl2.learn.settings import FinetunePlan, finetune_plan
+from dl2.learn.trainer import ALGORITHMS, Trainer
+from dl2.learn.workflow import model_name
 from dl2.sim.scenario import Scenario, SimOptions
 from dl2.sim.state import NUM_FEATURES
+from dl2.workload.presets import get_preset
 from dl2.workload.traces import generate_trace, write_trace
 
 TESTS = Path(__file__).resolve().parent
@@ -58,7 +62,7 @@ def test_pretraining_imitates_drf():
     train, validation = _traces(scenario, 6, seed=0), _traces(scenario, 2, seed=1)
     net = net_config("paper", hidden=(64, 64), window=10)
     policy, history = pretrain(train, validation, scenario, net,
-                               PretrainConfig(teacher="drf", epochs=20, batch_size=64, lr=0.005, seed=0, eval_every=10))
+                               pretrain_config(teacher="drf", epochs=20, batch_size=64, lr=0.005, seed=0, eval_every=10))
     assert list(history["epoch"]) == list(range(1, 21))
     last = history.iloc[-1]
     assert last["train_accuracy"] >= 0.95, history[["epoch", "train_accuracy"]].to_string()
@@ -80,7 +84,7 @@ def test_label_smoothing_keeps_the_teachers_choices_but_leaves_room_to_explore()
     masks = masks_from_states(states, 3)
     entropy, accuracy = {}, {}
     for smoothing in (0.0, 0.2):
-        policy, _ = pretrain(train, validation, scenario, net, PretrainConfig(epochs=8, batch_size=64, eval_every=8,
+        policy, _ = pretrain(train, validation, scenario, net, pretrain_config(epochs=8, batch_size=64, eval_every=8,
                                                                             label_smoothing=smoothing))
         with torch.no_grad():
             log_probs = masked_log_probs(policy.net(policy.inputs(states)), torch.from_numpy(masks))
@@ -89,7 +93,7 @@ def test_label_smoothing_keeps_the_teachers_choices_but_leaves_room_to_explore()
     assert accuracy[0.2] >= 0.9 and accuracy[0.0] >= 0.9, accuracy
     assert entropy[0.2] > 2 * entropy[0.0], entropy
     with pytest.raises(Dl2Error, match="label_smoothing"):
-        PretrainConfig(label_smoothing=1.0)
+        pretrain_config(label_smoothing=1.0)
 
 
 # --- RL fine-tuning ----------------------------------------------------------------------------------
@@ -116,10 +120,10 @@ def test_rl_improves_a_policy_that_mostly_does_nothing():
     before = val_jct()
     nothing = float(np.mean([_void_only_jct(t) for t in validation]))
     assert before == pytest.approx(nothing, rel=0.02), "the initial policy should barely act beyond the bundle"
-    config = RLConfig(updates=300, num_envs=4, lr=1e-3, entropy=0.01, batch_size=64, replay="uniform",
+    config = rl_config(updates=300, num_envs=4, lr=1e-3, entropy=0.01, batch_size=64, replay="uniform",
                       replay_size=4096, learn_start=64, critic="slot", exploration="off", validate_every=100,
                       checkpoint_every=1000, seed=0)
-    history = Trainer(policy, train, validation, RL_SCENARIO, config).train()
+    history = make_trainer(policy, train, validation, RL_SCENARIO, config).train()
     after = val_jct()
     # seen with seeds 0-4: drops of 25-40% (12.66 -> 8.75 with seed 0)
     assert after <= 0.9 * before, (before, after, history.to_string())
@@ -135,10 +139,10 @@ def test_ppo_improves_a_policy_that_mostly_does_nothing():
         return float(np.mean(run_policy(policy, validation, RL_SCENARIO, greedy=True).avg_jct))
 
     before = val_jct()
-    config = RLConfig(algorithm="ppo", updates=30, num_envs=4, lr=1e-3, entropy=0.01, batch_size=128,
+    config = rl_config(algorithm="ppo", updates=30, num_envs=4, lr=1e-3, entropy=0.01, batch_size=128,
                       rollout_length=64, replay="off", exploration="off", critic="slot", shaping="env",
                       validate_every=10, checkpoint_every=1000, seed=0)
-    history = Trainer(policy, train, validation, RL_SCENARIO, config).train()
+    history = make_trainer(policy, train, validation, RL_SCENARIO, config).train()
     after = val_jct()
     assert after <= 0.8 * before, (before, after, history.to_string())
     assert list(history["update"]) == [10, 20, 30]
@@ -148,11 +152,11 @@ def test_ppo_improves_a_policy_that_mostly_does_nothing():
 
 def test_fine_tuning_keeps_the_weights_that_did_best_on_the_selection_traces():
     train, validation, selection = (_traces(RL_SCENARIO, n, seed=k) for k, n in enumerate((8, 2, 3)))
-    config = RLConfig(algorithm="ppo", updates=12, num_envs=4, lr=3e-3, entropy=0.01, batch_size=128, rollout_length=32,
+    config = rl_config(algorithm="ppo", updates=12, num_envs=4, lr=3e-3, entropy=0.01, batch_size=128, rollout_length=32,
                       replay="off", exploration="off", critic="slot", shaping="env", validate_every=2,
                       checkpoint_every=1000, seed=0)
     world = Scenario(RL_SCENARIO.preset, replace(RL_SCENARIO.options, speed_model="analytical"))  # as OfflineRL's
-    trainer = Trainer(_void_loving_policy(seed=0), train, validation, world, config, validation_scenario=RL_SCENARIO,
+    trainer = make_trainer(_void_loving_policy(seed=0), train, validation, world, config, validation_scenario=RL_SCENARIO,
                       selection=selection)
     history = trainer.train()
     best = history.loc[history.select_jct.idxmin()]
@@ -163,36 +167,34 @@ def test_fine_tuning_keeps_the_weights_that_did_best_on_the_selection_traces():
     assert np.mean(run_policy(trainer.policy, selection, RL_SCENARIO, greedy=True).avg_jct) != history.iloc[-1]["select_jct"]
     if best["update"] != history.iloc[-1]["update"]:  # kept from earlier: not the weights training ended with
         assert not all(torch.equal(a, b) for a, b in zip(chosen.net.state_dict().values(), trainer.policy.net.state_dict().values()))
-    without = Trainer(_void_loving_policy(seed=0), train, validation, RL_SCENARIO, replace(config, updates=2))
+    without = make_trainer(_void_loving_policy(seed=0), train, validation, RL_SCENARIO, replace(config, updates=2))
     assert "select_jct" not in without.train() and without.chosen_policy() is without.policy and without.chosen_update == 2
 
 
 def test_per_action_rewards_pay_each_decision_its_jobs_share():
     train, validation = _traces(RL_SCENARIO, 4, seed=0), _traces(RL_SCENARIO, 2, seed=1)
-    config = RLConfig(updates=3, num_envs=2, lr=0.0, batch_size=16, replay="uniform", learn_start=16, exploration="off",
+    config = rl_config(updates=3, num_envs=2, lr=0.0, batch_size=16, replay="uniform", learn_start=16, exploration="off",
                       reward="job", validate_every=100, checkpoint_every=100, seed=0)  # lr 0: both runs decide alike
-    trainer = Trainer(_void_loving_policy(seed=0), train, validation, RL_SCENARIO, config)
+    trainer = make_trainer(_void_loving_policy(seed=0), train, validation, RL_SCENARIO, config)
     trainer.train()
     per_job = trainer.replay.rewards[: trainer.replay.size]
     slot = replace(config, reward="slot")
-    same = Trainer(_void_loving_policy(seed=0), train, validation, RL_SCENARIO, slot)
+    same = make_trainer(_void_loving_policy(seed=0), train, validation, RL_SCENARIO, slot)
     same.train()
     per_slot = same.replay.rewards[: same.replay.size]
     # the same decisions, each paid a part of the slot's reward instead of all of it
     assert len(per_job) == len(per_slot) and (per_job <= per_slot + 1e-9).all() and (per_job < per_slot - 1e-9).any()
 
 
-PPO = dict(algorithm="ppo", exploration="off", replay="off")
-
 
 @pytest.mark.parametrize("bad, key", [({**PPO, "exploration": "code"}, "exploration"), ({**PPO, "replay": "uniform"}, "replay"),
-                                      (dict(algorithm="dl2", shaping="env"), "shaping"), (dict(algorithm="a3c"), "algorithm"),
+                                      (dict(algorithm="actor-critic", shaping="env"), "shaping"), (dict(algorithm="a3c"), "algorithm"),
                                       ({**PPO, "shaping": "oracle"}, "shaping"), (dict(lr_schedule="cosine"), "lr_schedule"),
                                       ({**PPO, "rollout_length": 0}, "rollout_length"), ({**PPO, "reward": "job"}, "reward"),
                                       (dict(reward="action"), "reward")])
 def test_inconsistent_rl_settings_are_refused_naming_the_key(bad, key):
     with pytest.raises(Dl2Error, match=key):
-        RLConfig(**bad)
+        rl_config(**bad)
 
 
 def _void_only_jct(trace):
@@ -214,18 +216,18 @@ RESUME_NET = net_config("paper", hidden=(32, 32), window=6)
 
 
 def make_resume_trainer(exploration: str = "code", replay: str = "prioritized", critic: str = "td",
-                        algorithm: str = "dl2") -> Trainer:
+                        algorithm: str = "actor-critic") -> Trainer:
     """The trainer of the resume tests (also built in the subprocess that gets killed)."""
     train, validation = _traces(RESUME_SCENARIO, 4, seed=5), _traces(RESUME_SCENARIO, 1, seed=6)
     torch.manual_seed(3)
     policy = DL2Policy(RESUME_NET, RESUME_SCENARIO.preset.max_tasks, RESUME_SCENARIO.options.assign_bundle)
     ppo = dict(updates=RESUME_UPDATES // 4, rollout_length=16, shaping="analytical", lr_schedule="linear",
                validate_every=5, checkpoint_every=RESUME_EVERY // 2) if algorithm == "ppo" else {}
-    config = RLConfig(**{**dict(updates=RESUME_UPDATES, num_envs=3, lr=1e-3, entropy=0.05, batch_size=32, replay=replay,
+    config = rl_config(**{**dict(updates=RESUME_UPDATES, num_envs=3, lr=1e-3, entropy=0.05, batch_size=32, replay=replay,
                                 replay_size=512, learn_start=32, critic=critic, exploration=exploration, validate_every=20,
                                 checkpoint_every=RESUME_EVERY, seed=11, algorithm=algorithm), **ppo})
     selection = _traces(RESUME_SCENARIO, 1, seed=7) if algorithm == "ppo" else ()  # the kept weights resume too
-    return Trainer(policy, train, validation, RESUME_SCENARIO, config, selection=selection)
+    return make_trainer(policy, train, validation, RESUME_SCENARIO, config, selection=selection)
 
 
 def _assert_same_state(a: Trainer, b: Trainer):
@@ -265,13 +267,13 @@ def test_resuming_in_process_equals_an_uninterrupted_run(straight_run, tmp_path)
     assert Trainer.load(checkpoint).updates == RESUME_UPDATES
 
 
-@pytest.mark.parametrize("kind", ["uniform-slot-paper-dl2", "off-off-epsilon-dl2", "off-td-off-ppo", "off-off-off-ppo"])
+@pytest.mark.parametrize("kind", ["uniform-slot-paper-actor-critic", "off-off-epsilon-actor-critic", "off-td-off-ppo", "off-off-off-ppo"])
 def test_resuming_equals_uninterrupted_for_other_settings(kind, tmp_path):
-    replay, critic, exploration, algorithm = kind.split("-")
+    replay, critic, exploration, algorithm = kind.split("-", 3)
     straight = make_resume_trainer(exploration, replay, critic, algorithm)
     straight.train()
     checkpoint = tmp_path / "run.ckpt"
-    stop = 37 if algorithm == "dl2" else 13
+    stop = 37 if algorithm == "actor-critic" else 13
     make_resume_trainer(exploration, replay, critic, algorithm).train(checkpoint=checkpoint, stop_after=stop)
     resumed = Trainer.load(checkpoint)
     assert resumed.updates == stop
@@ -373,7 +375,7 @@ def test_a_saved_model_loads_back_and_schedules(preset_name, tmp_path):
     assert loaded.config == policy.config and loaded.max_tasks == policy.max_tasks
     states = _random_states(np.random.default_rng(0), 64, policy.config.window, policy.max_tasks)
     np.testing.assert_array_equal(_probs(loaded, states), _probs(policy, states))
-    scheduler = get_scheduler(str(path))
+    scheduler = load_scheduler(str(path))
     assert isinstance(scheduler, DL2Scheduler) and scheduler.name == "model" and scheduler.greedy
     scheduler = DL2Scheduler.load(path, greedy=False)  # random weights: greedy, void may win every slot
     for trace in _traces(scenario, 2, seed=9):
@@ -413,7 +415,7 @@ def test_loading_something_that_is_not_a_model_is_a_dl2_error(tmp_path):
     with pytest.raises(Dl2Error, match="weights_only.pt"):
         DL2Policy.load(wrong_dict)
     with pytest.raises(Dl2Error, match="weights_only.pt"):
-        get_scheduler(str(wrong_dict))
+        load_scheduler(str(wrong_dict))
     truncated = tmp_path / "truncated.pt"
     DL2Policy(net_config("paper", hidden=(16,), window=4), max_tasks=3, assign_bundle=True).save(truncated)
     truncated.write_bytes(truncated.read_bytes()[:200])
@@ -436,7 +438,7 @@ def test_a_model_file_that_would_run_code_is_refused_unopened(tmp_path):
     with pytest.raises(Dl2Error, match=r"shared.pt: refused: .* Python code \(.*\), which dl2 never runs"):
         DL2Policy.load(crafted)
     with pytest.raises(Dl2Error, match="refused"):
-        get_scheduler(str(crafted))
+        load_scheduler(str(crafted))
     assert not marker.exists()
 
 
@@ -448,7 +450,7 @@ def test_a_model_runs_greedy_and_as_it_was_trained_wherever_it_is_loaded(tmp_pat
     policy = DL2Policy(net_config("per-job", hidden=(32, 32), window=10), 8, assign_bundle=True)
     path = tmp_path / "model.pt"
     policy.save(path)
-    assert DL2Policy.load(path).assign_bundle and get_scheduler(str(path)).greedy
+    assert DL2Policy.load(path).assign_bundle and load_scheduler(str(path)).greedy
     trace = _traces(trained_in, 1, seed=12)[0]
     write_trace(trace, tmp_path / "trace.csv")
     assert main(["simulate", "--trace", str(tmp_path / "trace.csv"), "--policy", str(path), "--preset", "paper"]) == 0
@@ -467,7 +469,7 @@ def test_loading_a_file_that_is_not_a_torch_file_is_a_dl2_error(kind, tmp_path):
     with pytest.raises(Dl2Error, match=f"{kind}.pt"):
         DL2Policy.load(path)
     with pytest.raises(Dl2Error, match=f"{kind}.pt"):
-        get_scheduler(str(path))
+        load_scheduler(str(path))
 
 
 def test_a_model_for_another_max_tasks_is_refused(tmp_path):
@@ -475,7 +477,7 @@ def test_a_model_for_another_max_tasks_is_refused(tmp_path):
     DL2Policy(net_config("paper", hidden=(16,), window=4), max_tasks=5, assign_bundle=True).save(path)
     scenario = Scenario(tiny_preset(2, 2, 6))
     with pytest.raises(Dl2Error, match="max_tasks"):
-        simulate(_traces(scenario, 1)[0], get_scheduler(str(path)), scenario)
+        simulate(_traces(scenario, 1)[0], load_scheduler(str(path)), scenario)
 
 
 # --- exploration -------------------------------------------------------------------------------------
@@ -545,8 +547,8 @@ def test_exploration_never_returns_an_illegal_action(mode):
 def test_finetune_run_resumes_only_its_own_checkpoint(tmp_path):
     from dl2.learn import workflow
 
-    settings = workflow.LearnSettings(preset="paper", window=10, hidden=(32, 32), train_traces=2, validation_traces=1)
-    rl = RLConfig(updates=4, num_envs=2, batch_size=32, learn_start=64, validate_every=2, checkpoint_every=2,
+    settings = learn_settings(window=10, hidden=(32, 32), train_traces=2, validation_traces=1)
+    rl = rl_config(updates=4, num_envs=2, batch_size=32, learn_start=64, validate_every=2, checkpoint_every=2,
                   replay="uniform", exploration="off")
     pretrained = DL2Policy(workflow.network(settings), 8, settings.assign_bundle)
     checkpoint = tmp_path / "run.ckpt"
@@ -558,7 +560,7 @@ def test_finetune_run_resumes_only_its_own_checkpoint(tmp_path):
         assert torch.equal(a, b)
     assert list(history_again["update"]) == [2, 4]
     # another run's settings never resume from it
-    other = RLConfig(**{**rl.__dict__, "updates": 6})
+    other = replace(rl, updates=6)
     _, history_other = workflow.finetune_run("sl-rl", settings, other, pretrained, checkpoint)
     assert list(history_other["update"]) == [2, 4, 6]
 
@@ -566,7 +568,7 @@ def test_finetune_run_resumes_only_its_own_checkpoint(tmp_path):
 def test_selection_traces_are_neither_training_nor_validation_traces():
     from dl2.learn import workflow
 
-    settings = workflow.LearnSettings(preset="paper", train_traces=2, validation_traces=2)
+    settings = learn_settings(train_traces=2, validation_traces=2)
     sc = workflow.scenario(settings)
     train, validation = workflow.split_traces(settings, sc)
     selection = workflow.selection_traces(settings, sc, 3)
@@ -580,9 +582,9 @@ def test_selection_traces_are_neither_training_nor_validation_traces():
 def test_finetune_runs_in_worker_processes_end_as_in_one_process(tmp_path):
     from dl2.learn import workflow
 
-    settings = workflow.LearnSettings(preset="paper", window=10, hidden=(32, 32), train_traces=2, validation_traces=1)
-    plan = workflow.finetune_plan({"finetune": {"runs": ["sl-rl", "rl-only"], "seeds": [0, 1], "updates": 2, "num_envs": 2,
-                                                "batch_size": 32, "rollout_length": 16, "validate_every": 1, "workers": 1}})
+    settings = learn_settings(window=10, hidden=(32, 32), train_traces=2, validation_traces=1)
+    plan = FinetunePlan(runs=("sl-rl", "rl-only"), seeds=(0, 1), backend="sim", workers=1,
+                        config=rl_config(updates=2, num_envs=2, batch_size=32, rollout_length=16, validate_every=1))
     torch.manual_seed(0)
     pretrained = DL2Policy(workflow.network(settings), 8, settings.assign_bundle)
     rows = []
@@ -646,7 +648,7 @@ def test_the_live_schedulers_compiled_forward_pass_matches_the_network(network, 
 
 
 def test_slot_latency_times_a_whole_slot_of_decisions():
-    from dl2.learn.evaluate import slot_latency
+    from dl2.bench import slot_latency
 
     scenario = Scenario(tiny_preset(3, 3, 10), SimOptions(assign_bundle=True))
     torch.manual_seed(0)
@@ -671,24 +673,31 @@ def test_the_evaluation_summary_spreads_over_seeds():
     assert table.loc["drf", "seed_sd"] == 0.0
 
 
+PROJECT_FINETUNE = load_params()["finetune"]
+
+
 @pytest.mark.parametrize("finetune, key", [({"runs": ["sl-rl", "best"]}, "finetune.runs"), ({"runs": []}, "finetune.runs"),
                                             ({"seeds": [0, 0]}, "finetune.seeds"), ({"seeds": 3}, "finetune.seeds"),
                                             ({"seed": 1}, "finetune.seed"), ({"lr": "fast"}, "finetune.lr"),
-                                            ({"backend": "kind"}, "finetune.backend"), ({"workers": -1}, "finetune.workers")])
-def test_a_bad_finetune_plan_names_the_key(finetune, key):
-    from dl2.learn import workflow
+                                            ({"backend": "kind"}, "finetune.backend"), ({"workers": -1}, "finetune.workers"),
+                                            ({"gamma": None}, "finetune.gamma"), ({"speed": 2}, "finetune.speed")])
+def test_a_bad_finetune_section_names_the_key(finetune, key):
+    with pytest.raises(Dl2Error, match=f"params.yaml: {key}".replace(".", r"\.")):
+        finetune_plan({**PROJECT_FINETUNE, **finetune}, "params.yaml")
 
-    with pytest.raises(Dl2Error, match=key.replace(".", r"\.")):
-        workflow.finetune_plan({"finetune": finetune})
+
+def test_every_finetune_key_comes_from_params_yaml():
+    for key in PROJECT_FINETUNE:
+        with pytest.raises(Dl2Error, match=rf"params\.yaml: finetune\.{key} is missing"):
+            finetune_plan({k: v for k, v in PROJECT_FINETUNE.items() if k != key}, "params.yaml")
+    plan = finetune_plan({**PROJECT_FINETUNE, "runs": ["sl-rl", "rl-only"], "seeds": [3, 5], "lr": 0.001}, "params.yaml")
+    assert (plan.runs, plan.seeds, plan.config.lr, plan.config.seed) == (("sl-rl", "rl-only"), (3, 5), 0.001, 0)
+    assert model_name("sl-rl", 3) == "sl-rl-s3"
 
 
-def test_a_finetune_plan_runs_every_run_once_per_seed():
-    from dl2.learn import workflow
-
-    plan = workflow.finetune_plan({"finetune": {"runs": ["sl-rl", "rl-only"], "seeds": [3, 5], "lr": 0.001}})
-    assert [(run, seed, config.seed, config.lr) for run, seed, config in plan.items()] == \
-        [("sl-rl", 3, 3, 0.001), ("sl-rl", 5, 5, 0.001), ("rl-only", 3, 3, 0.001), ("rl-only", 5, 5, 0.001)]
-    assert workflow.model_name("sl-rl", 3) == "sl-rl-s3"
+def test_each_learner_is_a_trainer_of_its_own():
+    assert tuple(LEARNERS) == ALGORITHMS and all(issubclass(cls, Trainer) for cls in LEARNERS.values())
+    assert len(set(LEARNERS.values())) == len(LEARNERS)
 
 
 @pytest.mark.parametrize("one_hot", [True, False])
@@ -715,10 +724,9 @@ def test_the_per_job_network_is_equivariant_to_the_jobs_order(one_hot):
 
 def test_params_read_as_dvc_writes_them_keep_off_a_string(tmp_path):
     """`dvc exp run -S` rewrites params.yaml as YAML 1.2, where an unquoted `off` is a string, not false."""
-    from dl2.config import load_params
-    from dl2.learn import workflow
-
     path = tmp_path / "params.yaml"
-    path.write_text("finetune:\n  algorithm: ppo\n  replay: off\n  exploration: off\n  shaping: env\n  lr: 1e-3\n")
-    plan = workflow.finetune_plan(load_params(path))
+    text = yaml.safe_dump({"finetune": {**PROJECT_FINETUNE, "lr": 0.001}}).replace("'off'", "off")
+    assert "replay: off" in text and "exploration: off" in text
+    path.write_text(text)
+    plan = finetune_plan(load_params(path)["finetune"], str(path))
     assert plan.config.replay == "off" and plan.config.exploration == "off" and plan.config.lr == 0.001

@@ -2,10 +2,10 @@
 
 import numpy as np
 import pytest
-
 from conftest import tiny_preset
+
+from dl2.backends.sim import simulate
 from dl2.metrics import job_table, lower_bound_jct, slot_table, summarize
-from dl2.sim.run import simulate
 from dl2.sim.scenario import Scenario, SimOptions
 from dl2.workload.catalog import load_catalog
 from dl2.workload.traces import Trace

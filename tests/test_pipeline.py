@@ -1,14 +1,18 @@
-"""The pipeline for real: papermill-executed notebooks, an MLflow store, and `dvc repro` on a copy."""
+"""The pipeline for real: papermill-executed notebooks, an MLflow store, and `dvc repro` on a copy; then
+`dvc status` after an edit under every dependency, and every notebook run by hand with its defaults."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import mlflow
+import nbformat
 import pandas as pd
 import pytest
 import yaml
@@ -16,7 +20,7 @@ from mlflow.tracking import MlflowClient
 
 from dl2.errors import Dl2Error
 from dl2.paths import repo_root
-from dl2.stages import STAGES, run_stage
+from dl2.stages import dvc_stages, run_stage, stage_names
 
 pytestmark = pytest.mark.slow
 
@@ -60,7 +64,8 @@ def _dvc(cwd: Path, *args: str) -> str:
 def test_dvc_repro_runs_once_then_only_what_a_parameter_touches(tmp_path, monkeypatch):
     root = repo_root()
     copy = tmp_path / "repo"
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=root, capture_output=True, text=True, check=True).stdout.split()
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=root, capture_output=True, text=True,
+                           check=True).stdout.split()
     for name in files:
         if name.startswith("data/") and not name.startswith(("data/reference/", "data/published/")):
             continue
@@ -74,26 +79,24 @@ def test_dvc_repro_runs_once_then_only_what_a_parameter_touches(tmp_path, monkey
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
 
     first = _dvc(copy, "repro")
-    groups = list(yaml.safe_load((copy / "params.yaml").read_text())["ablations"]["groups"])
-    for stage in STAGES:
-        if stage == "ablate":
-            for group in groups:
-                assert f"Running stage 'ablate@{group}'" in first
-                assert (copy / "data" / "executed" / f"ablate-{group}.ipynb").is_file()
-        else:
-            assert f"Running stage '{stage}'" in first
-            assert (copy / "data" / "executed" / f"{stage}.ipynb").is_file()
+    names = stage_names()
+    for name in names:
+        assert f"Running stage '{name}'" in first
+        assert (copy / "data" / "executed" / f"{name.replace('@', '-')}.ipynb").is_file()
+    assert "KeyboardInterrupt" not in first and "without encryption" not in first  # a successful run is quiet
     assert len(list((copy / "data" / "traces" / "paper").glob("trace_*.csv"))) == 2
     for figure in ("avg_jct", "bound_ratio", "jct_cdf", "utilization"):
         assert (copy / "data" / "report" / f"{figure}.png").stat().st_size > 1000
     assert "metrics.json" in _dvc(copy, "metrics", "show")
 
-    # one MLflow run per stage, in the SQLite store at the project root
+    # one MLflow run per stage, in the SQLite store at the project root, in the training-runs view
     store = MlflowClient(f"sqlite:///{copy / 'mlflow.db'}")
-    every_run = store.search_runs([store.get_experiment_by_name("dl2").experiment_id])
+    experiment = store.get_experiment_by_name("dl2")
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    every_run = store.search_runs([experiment.experiment_id])
     runs = [r for r in every_run if "dl2.cell" not in r.data.tags]
-    expected = [s for s in STAGES if s != "ablate"] + ["ablate"] * len(groups) + ["reproduction"]  # and on the published results
-    assert sorted(r.data.tags["dl2.stage"] for r in runs) == sorted(expected)
+    assert sorted(r.data.tags["dl2.stage"] for r in runs) == sorted(name.split("@")[0] for name in names)
+    assert sorted(r.info.run_name for r in runs) == sorted(name.replace("@", "-") for name in names)  # no two alike
     for run in runs:
         assert run.info.status == "FINISHED"
         assert run.data.tags["mlflow.source.git.commit"]
@@ -121,11 +124,11 @@ def test_dvc_repro_runs_once_then_only_what_a_parameter_touches(tmp_path, monkey
     assert report_html.startswith("<!DOCTYPE html>") and "data:image/png;base64," in report_html
 
     # the same report on the committed full-scale results, which hold every Table 2 axis
-    assert "Running stage 'reproduction-published'" in first
     published = pd.read_csv(copy / "data" / "reproduction-published" / "claims.csv")
     assert {"Fig. 9", "Table 2"} <= set(published.source) and "not run" not in set(published.status)
     published_html = (copy / "data" / "reproduction-published" / "report.html").read_text()
     assert "committed full-scale results" in published_html
+    assert "NaN" not in re.sub(r'src="data:image/png;base64,[^"]*"', "", published_html)  # read by people: no NaN
     published_axes = [folder.name for folder in (copy / "data" / "published" / "ablations").iterdir() if folder.is_dir()]
     assert set(published_axes) == set(params["axes"]) and all(f"<h2>Ablation: {axis}</h2>" in published_html for axis in published_axes)
 
@@ -135,9 +138,53 @@ def test_dvc_repro_runs_once_then_only_what_a_parameter_touches(tmp_path, monkey
     second = _dvc(copy, "repro")
     assert "Running stage" not in second
 
+    _dvc_status_follows_every_dependency(copy)
+    _notebooks_run_by_hand_read_the_stages_configuration(copy, store, runs)
+
     params = yaml.safe_load((copy / "params.yaml").read_text())
     params["report"]["figure_dpi"] = 80
     (copy / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     third = _dvc(copy, "repro")
     assert "Running stage 'report'" in third
     assert "Running stage 'traces'" not in third and "Running stage 'baselines'" not in third
+
+
+def _dvc_status_follows_every_dependency(copy: Path) -> None:
+    """An edit under any dependency of a stage makes `dvc status` report that stage changed, naming it."""
+    stages = dvc_stages()
+    for dep in sorted({d for spec in stages.values() for d in spec["deps"]}):
+        path = copy / dep
+        edited = path if path.is_file() else next(p for p in sorted(path.rglob("*")) if p.is_file() and "__pycache__" not in p.parts)
+        before = edited.read_bytes()
+        edited.write_bytes(before + b"\n")
+        try:
+            status = json.loads(_dvc(copy, "status", "--json"))
+        finally:
+            edited.write_bytes(before)
+        for name, spec in stages.items():
+            if dep in spec["deps"]:
+                changed = [entry.get("changed deps", {}) for entry in status.get(name, [])]
+                assert any(dep in deps for deps in changed), (dep, name, status.get(name))
+    assert json.loads(_dvc(copy, "status", "--json")) == {}
+
+
+def _notebooks_run_by_hand_read_the_stages_configuration(copy: Path, store: MlflowClient, runs: list) -> None:
+    """Each notebook, opened by hand (its parameters cell as committed, run from notebooks/), loads the
+    configuration its stage ran with: the params its MLflow run logs are those `dl2 stage` logged."""
+    from nbclient import NotebookClient
+
+    from dl2.notebooks import StageKernelManager
+
+    experiment = store.get_experiment_by_name("dl2").experiment_id
+    for name in sorted({n.split("@")[0].removesuffix("-published") for n in stage_names()}):
+        nb = nbformat.read(copy / "notebooks" / f"{name}.ipynb", as_version=4)
+        setup = next(i for i, cell in enumerate(nb.cells) if "stages.load_stage(" in cell.source)
+        nb.cells = nb.cells[: setup + 1]  # the parameters and the configuration: what a hand run reads first
+        NotebookClient(nb, resources={"metadata": {"path": str(copy / "notebooks")}}, kernel_name="python3",
+                       kernel_manager_class=StageKernelManager).execute()
+        by_hand = next(r for r in store.search_runs([experiment], order_by=["attributes.start_time DESC"])
+                       if "dl2.cell" not in r.data.tags)
+        default = {"ablate": "ablate@learner"}.get(name, name)  # the notebook's default stage
+        pipeline = next(r for r in runs if r.info.run_name == default.replace("@", "-"))
+        assert by_hand.info.run_id != pipeline.info.run_id and by_hand.data.params == pipeline.data.params, name
+        store.set_terminated(by_hand.info.run_id, "KILLED")

@@ -2,9 +2,9 @@
 
 import numpy as np
 import pytest
-
 from conftest import run_by_hand
-from dl2.sim.policies import optimus as optimus_kernel
+
+from dl2.schedulers.heuristics import optimus as optimus_kernel
 from dl2.sim.state import make_cluster, make_jobs, make_recorder
 
 TEN_PER_WORKER = lambda p, w: 10.0 * w  # noqa: E731  epochs per slot

@@ -1,13 +1,13 @@
 """Properties of every policy on random small clusters and traces (hypothesis)."""
 
 import numpy as np
+from conftest import tiny_preset
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import tiny_preset
+from dl2.backends.sim import SimulatedCluster
 from dl2.metrics import lower_bound_jct
 from dl2.schedulers import BuiltinScheduler, policy_names
-from dl2.sim.backend import SimulatedCluster
 from dl2.sim.scenario import Scenario, SimOptions
 from dl2.workload.catalog import load_catalog
 from dl2.workload.traces import Trace

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from dl2.cli import main
-from dl2.learn import ablations as ab
+from dl2.learn.ablations import tables as ab
 from dl2.paths import write_csv_atomic, write_json_atomic
 
 

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from dl2.learn import ablations as ab
+from dl2.learn.ablations import tables as ab
 from dl2.learn.evaluate import summary_metrics, summary_table
 from dl2.paths import repo_root
 

@@ -2,10 +2,10 @@
 
 import numpy as np
 import pytest
-
 from conftest import tiny_preset
-from dl2.config import get_preset
+
 from dl2.workload.catalog import load_catalog, workload_constants
+from dl2.workload.presets import get_preset
 from dl2.workload.traces import ARRIVAL_PATTERNS, LENGTH_PATTERNS, generate_trace, read_trace, write_trace
 
 

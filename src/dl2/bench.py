@@ -7,21 +7,21 @@ from __future__ import annotations
 
 import platform
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from dl2.config import get_preset
+from dl2.backends.sim import SimulatedCluster, simulate
 from dl2.paths import write_json_atomic
 from dl2.schedulers import policy_names
-from dl2.sim.run import simulate
 from dl2.sim.scenario import Scenario
-from dl2.workload.traces import generate_trace
+from dl2.workload.presets import get_preset
+from dl2.workload.traces import Trace, generate_trace
 
 if TYPE_CHECKING:
     from dl2.learn.agent import DL2Policy
-    from dl2.learn.evaluate import SlotLatency
 
 PRESETS = ("paper", "paper-large")
 
@@ -49,7 +49,7 @@ def run_benchmark(out: str | Path | None = None, repeats: int = 20, num_traces: 
                 "slots_per_second": slots / float(np.sum(times)),
             }
         drf = per_policy["drf"]["ms_per_trace_median"]
-        for policy, row in per_policy.items():
+        for row in per_policy.values():
             row["time_vs_drf"] = row["ms_per_trace_median"] / drf
         results["presets"][name] = {"num_jobs": scenario.preset.num_jobs, "num_nodes": scenario.preset.num_nodes, "policies": per_policy}
     if learn:
@@ -60,43 +60,46 @@ def run_benchmark(out: str | Path | None = None, repeats: int = 20, num_traces: 
 
 
 def learn_benchmark(num_traces: int = 16, window: int = 40, networks: tuple[str, ...] = ("paper", "per-job")) -> dict:
-    """The learning targets on `paper` with the default `learn` settings, per network, measured in one run."""
+    """The learning targets with the project's `learn` and `pretrain` settings (params.yaml), per network,
+    measured in one run."""
     import torch
 
     from dl2.learn import workflow
     from dl2.learn.agent import DL2Policy
-    from dl2.learn.evaluate import slot_latency
-    from dl2.learn.pretrain import PretrainConfig, pretrain
+    from dl2.learn.pretrain import pretrain
     from dl2.learn.rollout import run_policy
+    from dl2.stages import load_stage
 
     torch.set_num_threads(1)
+    project = load_stage("pretrain").config
     results = {}
     for network in networks:
-        settings = workflow.LearnSettings(network=network)
+        settings = replace(project.learn, network=network, hidden=None, one_hot=None, batch_norm=None)
         scenario = workflow.scenario(settings)
         train, validation = workflow.split_traces(settings, scenario)
         torch.manual_seed(0)
         policy = DL2Policy(workflow.network(settings), scenario.preset.max_tasks, scenario.options.assign_bundle)
         run_policy(policy, validation[:1], scenario)  # load compiled code outside the timing
         rollout = run_policy(policy, (train * num_traces)[:num_traces], scenario, seed=0)
-        wide_settings = workflow.LearnSettings(network=network, window=window)
+        wide_settings = replace(settings, window=window)
         wide = DL2Policy(workflow.network(wide_settings), scenario.preset.max_tasks, scenario.options.assign_bundle)
         slot_latency(wide, scenario, repeats=2)
         latency = slot_latency(wide, scenario, repeats=50)
         # A trained policy adds more tasks per slot than random weights: time one that imitates DRF at the wide window.
         wide_trained, _ = pretrain(train, validation[:1], scenario, workflow.network(wide_settings),
-                                   PretrainConfig(epochs=1, eval_every=1, label_smoothing=0.2))
+                                   replace(project.pretrain, epochs=1, eval_every=1))
         trained_latency = slot_latency(wide_trained, scenario, repeats=50)
         no_void_latency = slot_latency(_never_void(wide_trained), scenario, repeats=50)
         _, history = pretrain(train, validation, scenario, workflow.network(settings),
-                              PretrainConfig(epochs=3, eval_every=1, label_smoothing=0.2))
+                              replace(project.pretrain, epochs=3, eval_every=1))
         within = history[(history.val_jct_greedy - history.val_jct_teacher).abs() <= 0.05 * history.val_jct_teacher]
         results[network] = {
             "rollouts": {"traces": num_traces, "decisions": rollout.decisions,
                          "decisions_per_second": rollout.decisions_per_second},
             "slot_latency": _latency_row(latency, window, "untrained"),
             "slot_latency_trained": _latency_row(trained_latency, window, "pretrained on DRF, 1 epoch"),
-            "slot_latency_no_void": _latency_row(no_void_latency, window, "the same, never choosing void: decides until a task no longer fits"),
+            "slot_latency_no_void": _latency_row(no_void_latency, window,
+                                                 "the same, never choosing void: decides until a task no longer fits"),
             "pretrain": {"teacher": "drf", "epochs": int(history.epoch.max()), "seconds": float(history.seconds.max()),
                          "seconds_to_within_5pct_of_teacher": float(within.seconds.min()) if len(within) else None,
                          "final_val_jct_ratio_to_teacher": float(history.val_jct_greedy.iloc[-1] / history.val_jct_teacher.iloc[-1])},
@@ -122,3 +125,32 @@ def _never_void(policy: DL2Policy) -> DL2Policy:
     with torch.no_grad():
         head.bias[-1] -= 1e4
     return copy
+
+
+@dataclass(frozen=True)
+class SlotLatency:
+    seconds: float  # median time to make one slot's decisions
+    decisions: float  # mean decisions per slot
+
+
+def slot_latency(policy: DL2Policy, scenario: Scenario, num_jobs: int | None = None, repeats: int = 20,
+                 seed: int = 0) -> SlotLatency:
+    """Time for `DL2Scheduler` to make one whole slot's decisions with `num_jobs` (default: the window) jobs
+    waiting, as a live scheduler would: one decision at a time, each placed before the next."""
+    from dl2.learn.agent import DL2Scheduler
+
+    num_jobs = num_jobs or policy.config.window
+    rng = np.random.default_rng(seed)
+    names = scenario.catalog.names
+    trace = Trace(job_id=np.arange(1, num_jobs + 1), arrival=np.zeros(num_jobs, dtype=np.int64),
+                  model=rng.integers(0, len(names), num_jobs), num_epochs=rng.uniform(100, 3000, num_jobs),
+                  model_names=tuple(names))
+    observation = SimulatedCluster(trace, scenario).observe()
+    scheduler = DL2Scheduler(policy, greedy=False, seed=seed)
+    times, decisions = [], []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        scheduler.schedule(observation)
+        times.append(time.perf_counter() - start)
+        decisions.append(scheduler.decisions)
+    return SlotLatency(float(np.median(times)), float(np.mean(decisions)))

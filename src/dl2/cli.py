@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -11,8 +12,8 @@ from dl2.errors import Dl2Error
 
 
 def _scenario(args: argparse.Namespace):
-    from dl2.config import get_preset
     from dl2.sim.scenario import SPEED_MODELS, Scenario, SimOptions
+    from dl2.workload.presets import get_preset
 
     if args.speed_model not in SPEED_MODELS:
         raise Dl2Error(f"--speed-model: expected one of {SPEED_MODELS}, got {args.speed_model!r}")
@@ -30,7 +31,7 @@ def _add_scenario_args(p: argparse.ArgumentParser) -> None:
 
 def cmd_trace_generate(args: argparse.Namespace) -> None:
     from dl2.compare import generate_trace_set
-    from dl2.config import get_preset
+    from dl2.workload.presets import get_preset
 
     stats = generate_trace_set(get_preset(args.preset, args.params), args.num, args.seed, args.out, args.arrivals, args.lengths)
     print(stats.to_string(index=False))
@@ -53,9 +54,9 @@ def cmd_trace_stats(args: argparse.Namespace) -> None:
 
 
 def cmd_simulate(args: argparse.Namespace) -> None:
+    from dl2.backends.sim import simulate
     from dl2.metrics import job_table, summarize
     from dl2.paths import write_csv_atomic
-    from dl2.sim.run import simulate
     from dl2.workload.traces import read_trace
 
     scenario = _scenario(args)
@@ -84,7 +85,7 @@ def cmd_compare(args: argparse.Namespace) -> None:
 def cmd_stage(args: argparse.Namespace) -> None:
     from dl2.stages import run_stage
 
-    print(run_stage(args.stage, args.params, args.data_dir, group=args.group, published=args.published))
+    print(run_stage(args.stage, args.params, args.data_dir))
 
 
 def cmd_publish(args: argparse.Namespace) -> None:
@@ -141,10 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.set_defaults(func=cmd_compare)
 
     stage = sub.add_parser("stage", help="run one pipeline stage's notebook (what dvc repro calls)")
-    stage.add_argument("stage", help="traces | baselines | report | pretrain | finetune | evaluate | ablate | reproduction")
-    stage.add_argument("--group", default=None, help="the group of ablation axes an ablate stage runs (params.yaml ablations.groups)")
-    stage.add_argument("--published", action="store_true",
-                       help="reproduction only: report on the committed full-scale results (data/published)")
+    stage.add_argument("stage", help="a stage of dvc.yaml: traces, baselines, report, pretrain, finetune, evaluate, "
+                                     "ablate@GROUP (learner, model, environment), reproduction, reproduction-published")
     stage.add_argument("--params", type=Path, default=None)
     stage.add_argument("--data-dir", type=Path, default=None)
     stage.set_defaults(func=cmd_stage)
@@ -170,9 +169,14 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         args.func(args)
+        sys.stdout.flush()
     except Dl2Error as exc:
         print(f"dl2: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader went away (`dl2 compare ... | head`): stop quietly, as other command-line tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     return 0
 
 

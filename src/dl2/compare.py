@@ -5,21 +5,22 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from dl2.config import Preset
+from dl2.backends import load_scheduler
+from dl2.backends.sim import simulate
 from dl2.errors import Dl2Error
 from dl2.metrics import job_table, slot_table, summarize
-from dl2.schedulers import Scheduler, get_scheduler
-from dl2.sim.run import simulate
+from dl2.schedulers import Scheduler
 from dl2.sim.scenario import Scenario
 from dl2.workload.catalog import load_catalog
+from dl2.workload.presets import Preset
 from dl2.workload.traces import Trace, generate_trace, read_trace, write_trace
 
 
@@ -75,7 +76,7 @@ def compare(traces: Sequence[Path], policies: Sequence[str | Scheduler], scenari
     """Every policy on every trace under `scenario`."""
     catalog = scenario.catalog
     loaded: list[tuple[str, Trace]] = [(Path(p).stem, read_trace(p, catalog)) for p in traces]
-    schedulers = [get_scheduler(p) if isinstance(p, str) else p for p in policies]
+    schedulers = [load_scheduler(p) if isinstance(p, str) else p for p in policies]
     summary, jobs, slots = [], [], []
     total = len(loaded) * len(schedulers)
     with tqdm(total=total, desc=f"{scenario.preset.name}", unit="run", disable=not progress) as bar:

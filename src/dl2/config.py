@@ -1,71 +1,28 @@
-"""Typed configuration: cluster presets and simulation options, read from `params.yaml`.
+"""Reading `params.yaml` as DVC reads it, and building typed settings from its sections.
 
-A preset is data (DESIGN §4): the `presets` section of `params.yaml` holds them. Every value is checked
-on load, and a bad one is reported with its file and key.
+Every section becomes a frozen dataclass through `typed`, the one loader behind the pipeline, the CLI and
+a notebook run by hand. The dataclass says what a section holds: each key is a field, checked against the
+field's type and, where its metadata says so (`choice`, `bounded`), its allowed values. A key the class
+does not know is refused, and so is a missing one unless its field has a default: the learning settings
+have none, so their values live in `params.yaml` only. Every error names the file and the key.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
-from dataclasses import dataclass, fields
+import types
+import typing
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from dl2.errors import Dl2Error
 from dl2.paths import repo_root
-
-SPEED_TABLES = ("public_release", "dev_snapshot")
-NODE_CPU_SLOTS = 8
-NODE_GPU_SLOTS = 8
-
-
-@dataclass(frozen=True)
-class Preset:
-    """A cluster and workload scenario (DESIGN §4)."""
-
-    name: str
-    num_nodes: int
-    num_jobs: int
-    max_arrivals: int
-    max_epochs: int
-    max_tasks: int  # the most PS, and the most workers, one job may hold
-    speed_table: str  # which measurement file and demand set: public_release | dev_snapshot
-    bucket_to_model: bool  # map Ali length buckets to models through the dev snapshot's table
-    slot_seconds: float = 1200.0
-    node_cpu: int = NODE_CPU_SLOTS
-    node_gpu: int = NODE_GPU_SLOTS
-
-
-_POSITIVE_INTS = ("num_nodes", "num_jobs", "max_arrivals", "max_epochs", "max_tasks", "node_cpu", "node_gpu")
-
-
-def _check_preset(name: str, raw: Mapping[str, Any], where: str) -> Preset:
-    known = {f.name for f in fields(Preset)} - {"name"}
-    unknown = set(raw) - known
-    if unknown:
-        raise Dl2Error(f"{where}: presets.{name}: unknown key {sorted(unknown)[0]!r} (known: {', '.join(sorted(known))})")
-    values = dict(raw)
-    for key in _POSITIVE_INTS:
-        if key not in values and key in ("node_cpu", "node_gpu"):
-            continue
-        if key not in values:
-            raise Dl2Error(f"{where}: presets.{name}.{key} is missing")
-        value = values[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise Dl2Error(f"{where}: presets.{name}.{key}: expected a positive integer, got {value!r}")
-    if values.get("speed_table") not in SPEED_TABLES:
-        raise Dl2Error(f"{where}: presets.{name}.speed_table: expected one of {SPEED_TABLES}, got {values.get('speed_table')!r}")
-    if not isinstance(values.get("bucket_to_model"), bool):
-        raise Dl2Error(f"{where}: presets.{name}.bucket_to_model: expected true or false, got {values.get('bucket_to_model')!r}")
-    slot = values.get("slot_seconds", 1200.0)
-    if isinstance(slot, bool) or not isinstance(slot, (int, float)) or slot <= 0:
-        raise Dl2Error(f"{where}: presets.{name}.slot_seconds: expected a positive number, got {slot!r}")
-    values["slot_seconds"] = float(slot)
-    return Preset(name=name, **values)
 
 
 def default_params_path() -> Path:
@@ -95,92 +52,108 @@ def _parse_yaml(text: str) -> Any:
     return YAML(typ="safe", pure=True).load(text)
 
 
-def load_presets(path: str | Path | None = None) -> dict[str, Preset]:
-    """All presets of a params file, checked."""
-    path = Path(path) if path is not None else default_params_path()
-    raw = load_params(path).get("presets")
-    if not isinstance(raw, dict) or not raw:
-        raise Dl2Error(f"{path}: section 'presets' is missing or empty")
-    presets = {}
-    for name, spec in raw.items():
-        if not isinstance(spec, dict):
-            raise Dl2Error(f"{path}: presets.{name}: expected a mapping")
-        presets[name] = _check_preset(str(name), spec, str(path))
-    return presets
-
-
-def get_preset(name: str, path: str | Path | None = None) -> Preset:
-    """One preset by name; an unknown name lists the known ones."""
-    presets = load_presets(path)
-    if name not in presets:
-        raise Dl2Error(f"unknown preset {name!r} (known: {', '.join(presets)})")
-    return presets[name]
-
-
-def _section(params: Mapping[str, Any], name: str, where: str) -> Mapping[str, Any]:
-    section = params.get(name)
-    if not isinstance(section, dict):
+def section(params: Mapping[str, Any], name: str, where: str) -> dict[str, Any]:
+    """The mapping `params[name]`, or an error naming it."""
+    value = params.get(name)
+    if value is None:
         raise Dl2Error(f"{where}: section {name!r} is missing")
-    return section
+    if not isinstance(value, Mapping):
+        raise Dl2Error(f"{where}: {name}: expected a mapping of keys, got {value!r}")
+    return dict(value)
 
 
-def _require(section: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
-    if key not in section:
-        raise Dl2Error(f"{where} is missing")
-    value = section[key]
-    if isinstance(value, bool) and kind is not bool:
-        raise Dl2Error(f"{where}: expected {getattr(kind, '__name__', kind)}, got {value!r}")
-    if not isinstance(value, kind):
-        raise Dl2Error(f"{where}: expected {getattr(kind, '__name__', kind)}, got {value!r}")
-    return value
+class Checked:
+    """Base of typed settings: every field is checked against its metadata (`choice`, `bounded`) however
+    the object is built, from `params.yaml` by `typed` or in code. Errors name the field; `typed` adds the
+    file and section. A subclass with checks of its own calls `super().__post_init__()` first."""
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            for item in value if isinstance(value, tuple) else (value,):
+                _within(item, f.metadata, f.name)
 
 
-@dataclass(frozen=True)
-class TracesParams:
-    """The `traces` stage: which presets, how many traces each, and how they are drawn."""
-
-    presets: tuple[str, ...]
-    num_traces: int
-    seed: int
-    arrivals: str
-    lengths: str
-
-    @classmethod
-    def from_params(cls, params: Mapping[str, Any], where: str = "params.yaml") -> "TracesParams":
-        s = _section(params, "traces", where)
-        presets = _require(s, "presets", list, f"{where}: traces.presets")
-        num = _require(s, "num_traces", int, f"{where}: traces.num_traces")
-        if num <= 0:
-            raise Dl2Error(f"{where}: traces.num_traces: expected a positive integer, got {num}")
-        seed = _require(s, "seed", int, f"{where}: traces.seed")
-        if seed < 0:
-            raise Dl2Error(f"{where}: traces.seed: expected an integer >= 0, got {seed}")
-        from dl2.workload.traces import ARRIVAL_PATTERNS, LENGTH_PATTERNS
-
-        arrivals = _require(s, "arrivals", str, f"{where}: traces.arrivals")
-        if arrivals not in ARRIVAL_PATTERNS:
-            raise Dl2Error(f"{where}: traces.arrivals: expected one of {ARRIVAL_PATTERNS}, got {arrivals!r}")
-        lengths = _require(s, "lengths", str, f"{where}: traces.lengths")
-        if lengths not in LENGTH_PATTERNS:
-            raise Dl2Error(f"{where}: traces.lengths: expected one of {LENGTH_PATTERNS}, got {lengths!r}")
-        return cls(tuple(presets), num, seed, arrivals, lengths)
+def choice(*options: str) -> Any:
+    """A field whose value (or each value of a tuple) is one of `options` (no default)."""
+    return dataclasses.field(metadata={"choices": options})
 
 
-@dataclass(frozen=True)
-class BaselinesParams:
-    """The `baselines` stage: which policies, and which JCT definition."""
+def bounded(at_least: float | None = None, above: float | None = None, below: float | None = None,
+            at_most: float | None = None, default: Any = dataclasses.MISSING) -> Any:
+    """A number field (or each number of a tuple field) within bounds: `at_least` and `at_most` (inclusive),
+    `above` and `below` (exclusive)."""
+    return dataclasses.field(default=default, metadata={"at_least": at_least, "above": above, "below": below,
+                                                       "at_most": at_most})
 
-    policies: tuple[str, ...]
-    fine_grained_jct: bool
 
-    @classmethod
-    def from_params(cls, params: Mapping[str, Any], where: str = "params.yaml") -> "BaselinesParams":
-        from dl2.schedulers import policy_names
+def typed(cls: type, values: Mapping[str, Any], where: str, prefix: str, **given: Any) -> Any:
+    """Dataclass `cls` (a `Checked`) from the mapping `values`, the keys `prefix.*` of file `where`. Fields in
+    `given` are supplied by the caller (an object the section names, a seed) and taken as they are."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    for key in values:
+        if key not in fields:
+            known = ", ".join(k for k in fields if k in values or k not in given)
+            raise Dl2Error(f"{where}: {prefix}.{key}: unknown key (known: {known})")
+    kwargs = dict(given)
+    for key, f in fields.items():
+        if key in given:
+            continue
+        if key not in values:
+            if f.default is dataclasses.MISSING:
+                raise Dl2Error(f"{where}: {prefix}.{key} is missing")
+            continue
+        kwargs[key] = _as_type(values[key], hints[key], f"{where}: {prefix}.{key}")
+    try:
+        return cls(**kwargs)
+    except Dl2Error as exc:
+        raise Dl2Error(f"{where}: {prefix}.{exc}") from None
 
-        s = _section(params, "baselines", where)
-        policies = _require(s, "policies", list, f"{where}: baselines.policies")
-        for p in policies:
-            if p not in policy_names() and ":" not in str(p):
-                raise Dl2Error(f"{where}: baselines.policies: unknown policy {p!r} (known: {', '.join(policy_names())}, or module:Class)")
-        fine = _require(s, "fine_grained_jct", bool, f"{where}: baselines.fine_grained_jct")
-        return cls(tuple(policies), fine)
+
+def _as_type(value: Any, kind: Any, where: str) -> Any:
+    """`value` as type `kind`: int, float (an int is taken), bool, str, dict, tuple[X, ...] (from a
+    non-empty list), or X | None."""
+    args = typing.get_args(kind)
+    if typing.get_origin(kind) in (typing.Union, types.UnionType) and type(None) in args:
+        if value is None:
+            return None
+        (kind,) = [a for a in args if a is not type(None)]
+        args = typing.get_args(kind)
+    if typing.get_origin(kind) is tuple:
+        if not isinstance(value, (list, tuple)) or not value:
+            raise Dl2Error(f"{where}: expected a non-empty list, got {value!r}")
+        return tuple(_as_type(v, args[0], where) for v in value)
+    if kind is dict:
+        if not isinstance(value, Mapping):
+            raise Dl2Error(f"{where}: expected a mapping, got {value!r}")
+        return copy.deepcopy(dict(value))
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise Dl2Error(f"{where}: expected true or false, got {value!r}")
+        return value
+    if kind in (int, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
+            raise Dl2Error(f"{where}: expected {'an integer' if kind is int else 'a number'}, got {value!r}")
+        return kind(value)
+    if kind is str:
+        if not isinstance(value, str):
+            raise Dl2Error(f"{where}: expected a string, got {value!r}")
+        return value
+    raise TypeError(f"{where}: typed() cannot read a field of type {kind!r}; pass it in `given`")
+
+
+def _within(value: Any, meta: Mapping[str, Any], key: str) -> None:
+    """Raise unless `value` is one of `meta`'s choices and within its bounds (None: nothing to check)."""
+    options = meta.get("choices")
+    if options and value not in options:
+        raise Dl2Error(f"{key}: expected one of {', '.join(options)}, got {value!r}")
+    if value is None or isinstance(value, (bool, str)) or not isinstance(value, (int, float)):
+        return
+    limits = ((meta.get("at_least"), value >= (meta.get("at_least") or 0), "at least"),
+              (meta.get("above"), value > (meta.get("above") or 0), "above"),
+              (meta.get("below"), value < (meta.get("below") or 0), "below"),
+              (meta.get("at_most"), value <= (meta.get("at_most") or 0), "at most"))
+    for bound, ok, words in limits:
+        if bound is not None and not ok:
+            raise Dl2Error(f"{key}: expected a number {words} {bound:g}, got {value!r}")

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from dl2.sim import engine
-from dl2.sim.run import SimResult
+from dl2.sim.result import SimResult
 from dl2.sim.scenario import Scenario
 from dl2.workload.traces import Trace
 

@@ -15,15 +15,10 @@ from pathlib import Path
 import pandas as pd
 
 from dl2.errors import Dl2Error
-from dl2.learn import ablations as ab
+from dl2.learn.ablations import tables
 from dl2.paths import atomic_path, write_json_atomic
 
 MIN_SEEDS = 3
-
-
-def _axis_files(axis: str) -> tuple[str, ...]:
-    """The files an ablate stage writes per axis, all of which are published."""
-    return "results.csv", "summary.csv", "curves.csv", f"{axis}.png"
 
 
 def publish_ablations(data_dir: Path, group: str) -> list[str]:
@@ -39,7 +34,7 @@ def publish_ablations(data_dir: Path, group: str) -> list[str]:
         _check_axis(folders[axis], axis, entry)
     published = data_dir / "published" / "ablations"
     for axis, folder in folders.items():
-        for name in _axis_files(axis):
+        for name in tables.axis_files(axis):
             with atomic_path(published / axis / name) as tmp:
                 shutil.copyfile(folder / name, tmp)
     target = published / f"ablate-{group}.json"
@@ -50,13 +45,13 @@ def publish_ablations(data_dir: Path, group: str) -> list[str]:
 
 def _check_axis(folder: Path, axis: str, entry: dict) -> None:
     """Raise unless `folder` holds the axis's files and `entry` follows from its results over enough seeds."""
-    for name in _axis_files(axis):
+    for name in tables.axis_files(axis):
         if not (folder / name).is_file():
             raise Dl2Error(f"{folder / name}: no such file: the ablate stage did not finish axis {axis!r}")
     if entry.get("seeds", 0) < MIN_SEEDS:
         raise Dl2Error(f"{folder}: axis {axis!r} ran {entry.get('seeds')} seed(s); published results need at least "
                        f"{MIN_SEEDS} (ablations.seeds, ablations.scale=full)")
     results = pd.read_csv(folder / "results.csv", dtype={"cell": str})
-    if entry != ab.axis_metrics(ab.summary(results, entry["reference"]), entry["reference"], results.seed.nunique()):
+    if entry != tables.axis_metrics(tables.summary(results, entry["reference"]), entry["reference"], results.seed.nunique()):
         raise Dl2Error(f"{folder / 'results.csv'}: axis {axis!r}'s metrics do not follow from its results (a stale run?): "
                        "rerun the ablate stage")

@@ -1,118 +1,364 @@
-"""Running a pipeline stage: its notebook, parameterized from `params.yaml`, executed by papermill.
+"""The pipeline's stages: what each reads of `params.yaml`, its typed configuration, and running its notebook.
 
-One MLflow run per execution: the runner creates it (stage and commit tags, parameters), the notebook
-logs metrics and figures into it, and the runner adds the executed notebook and closes it, FAILED if the
-notebook raised. The executed notebook lands in place only when the stage succeeds.
+`dvc.yaml` is the one list of what each stage reads: DVC reruns a stage when one of its params changes,
+and `load_stage` hands the stage exactly those keys of the params file, so a stage that read anything else
+could not load. A notebook builds its configuration with `load_stage` whether `dl2 stage` runs it or a
+person does in JupyterLab, from the same params file (plus the overrides its parameters cell holds).
+
+`run_stage` makes one MLflow run per execution (stage and commit tags, the params the stage reads),
+executes the notebook with papermill, which logs metrics and figures into the run, and adds the executed
+notebook; the run ends FAILED if the notebook raised, and the executed notebook lands only on success.
 """
 
 from __future__ import annotations
 
+import copy
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import papermill
 from mlflow.tracking import MlflowClient
 
-from dl2.config import BaselinesParams, TracesParams, load_params, load_presets
+from dl2.config import Checked, bounded, choice, default_params_path, load_params, section, typed
 from dl2.errors import Dl2Error
+from dl2.notebooks import execute
 from dl2.paths import atomic_path, repo_root
-from dl2.tracking import create_stage_run, tracking_uri
-
-STAGES = ("traces", "baselines", "report", "pretrain", "finetune", "evaluate", "ablate", "reproduction")
-LEARN_STAGES = ("pretrain", "finetune", "evaluate", "ablate", "reproduction")
-
-
-def stage_parameters(stage: str, params: dict[str, Any], where: str, group: str | None = None) -> dict[str, Any]:
-    """The notebook parameters of `stage`, checked: its params.yaml section (and what it reads of others);
-    `group` names the group of ablation axes an `ablate` stage runs."""
-    if stage not in STAGES:
-        raise Dl2Error(f"unknown stage {stage!r} (known: {', '.join(STAGES)})")
-    if (stage == "ablate") != (group is not None):
-        raise Dl2Error("an ablate stage needs --group (and only an ablate stage takes one)")
-    if stage in LEARN_STAGES:
-        parameters = _learn_parameters(stage, params, where)
-        if stage == "ablate":
-            from dl2.learn.ablations import group_axes, plan
-
-            for axis in group_axes(params, group, where):
-                plan(params, axis, where)
-            parameters.update(group=group, ablations=params.get("ablations") or {})
-        if stage == "reproduction":
-            parameters.update(ablations=params.get("ablations") or {}, report=params.get("report") or {})
-        return parameters
-    traces = TracesParams.from_params(params, where)
-    presets = load_presets(where)
-    for name in traces.presets:
-        if name not in presets:
-            raise Dl2Error(f"{where}: traces.presets: unknown preset {name!r} (known: {', '.join(presets)})")
-    if stage == "traces":
-        return {"presets": list(traces.presets), "num_traces": traces.num_traces, "seed": traces.seed,
-                "arrivals": traces.arrivals, "lengths": traces.lengths}
-    if stage == "baselines":
-        b = BaselinesParams.from_params(params, where)
-        return {"presets": list(traces.presets), "policies": list(b.policies), "fine_grained_jct": b.fine_grained_jct}
-    report = params.get("report") or {}
-    dpi = report.get("figure_dpi", 120)
-    if isinstance(dpi, bool) or not isinstance(dpi, int) or not 20 <= dpi <= 600:
-        raise Dl2Error(f"{where}: report.figure_dpi: expected an integer from 20 to 600, got {dpi!r}")
-    return {"presets": list(traces.presets), "figure_dpi": dpi}
+from dl2.tracking import create_stage_run, open_run, tracking_uri
+from dl2.workload.presets import Preset, preset_named, presets_from
+from dl2.workload.traces import ARRIVAL_PATTERNS, LENGTH_PATTERNS
 
 
-def _learn_parameters(stage: str, params: dict[str, Any], where: str) -> dict[str, Any]:
-    from dl2.learn import workflow
+@dataclass(frozen=True)
+class Stage:
+    """One stage of `dvc.yaml`, loaded from a params file."""
 
-    settings = workflow.learn_settings(params, where)
-    if settings.preset not in load_presets(where):
-        raise Dl2Error(f"{where}: learn.preset: unknown preset {settings.preset!r}")
-    workflow.pretrain_config(params, where)
-    workflow.finetune_plan(params, where)
-    evaluate = params.get("evaluate") or {}
-    if not isinstance(evaluate.get("heuristics", []), list):
-        raise Dl2Error(f"{where}: evaluate.heuristics: expected a list of policy names")
-    return {"learn": params.get("learn") or {}, "pretrain": params.get("pretrain") or {},
-            "finetune": params.get("finetune") or {}, "evaluate": evaluate}
+    name: str  # as dvc.yaml names it: "finetune", "ablate@learner", "reproduction-published"
+    notebook: str  # notebooks/<notebook>.ipynb
+    params: dict  # the keys of the params file that dvc.yaml declares for the stage (what MLflow logs)
+    config: Any  # the stage's typed configuration (one of the *Stage classes below)
+
+    def open_run(self, run_id: str | None = None) -> Any:
+        """Make the stage's MLflow run active: the pipeline's (`run_id`) or, run by hand in JupyterLab, a new
+        one. Close it with `mlflow.end_run()` at the end of the notebook."""
+        return open_run(run_id or create_stage_run(self.name, self.notebook, self.params))
 
 
-def run_stage(stage: str, params_file: str | Path | None = None, data_dir: str | Path | None = None,
-              executed: str | Path | None = None, progress: bool = True, group: str | None = None,
-              published: bool = False) -> Path:
-    """Execute `notebooks/<stage>.ipynb` with its parameters; returns the executed notebook's path.
-    `published`: the reproduction report on the committed full-scale results instead of this run's."""
-    if published and stage != "reproduction":
-        raise Dl2Error("--published reports on the committed results: only the reproduction stage takes it")
+# --- what each stage reads, and its configuration --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TracesParams(Checked):
+    """The `traces` section."""
+
+    presets: tuple[str, ...]
+    num_traces: int = bounded(at_least=1)
+    seed: int = bounded(at_least=0)
+    arrivals: str = choice(*ARRIVAL_PATTERNS)
+    lengths: str = choice(*LENGTH_PATTERNS)
+
+
+@dataclass(frozen=True)
+class TracesStage:
+    presets: tuple[Preset, ...]
+    traces: TracesParams
+
+
+@dataclass(frozen=True)
+class BaselinesParams(Checked):
+    """The `baselines` section."""
+
+    policies: tuple[str, ...]  # built-in heuristics or user classes module:Class
+    fine_grained_jct: bool
+
+
+@dataclass(frozen=True)
+class BaselinesStage:
+    presets: tuple[Preset, ...]
+    baselines: BaselinesParams
+
+
+@dataclass(frozen=True)
+class ReportParams(Checked):
+    """The `report` section."""
+
+    figure_dpi: int = bounded(at_least=20, at_most=600)
+
+
+@dataclass(frozen=True)
+class ReportStage:
+    presets: tuple[str, ...]
+    report: ReportParams
+
+
+@dataclass(frozen=True)
+class EvaluateParams(Checked):
+    """The `evaluate` section."""
+
+    heuristics: tuple[str, ...]
+
+
+def _traces_stage(params: dict, where: str, name: str) -> TracesStage:
+    presets = presets_from(params, where)
+    traces = typed(TracesParams, section(params, "traces", where), where, "traces")
+    return TracesStage(tuple(preset_named(p, presets, f"{where}: traces.presets") for p in traces.presets), traces)
+
+
+def _baselines_stage(params: dict, where: str, name: str) -> BaselinesStage:
+    from dl2.schedulers import policy_names
+
+    presets = presets_from(params, where)
+    baselines = typed(BaselinesParams, section(params, "baselines", where), where, "baselines")
+    for policy in baselines.policies:
+        if policy not in policy_names() and ":" not in policy:
+            raise Dl2Error(f"{where}: baselines.policies: unknown policy {policy!r} (known: {', '.join(policy_names())}, or module:Class)")
+    return BaselinesStage(tuple(preset_named(p, presets, f"{where}: traces.presets") for p in _preset_names(params, where)),
+                          baselines)
+
+
+def _report_stage(params: dict, where: str, name: str) -> ReportStage:
+    return ReportStage(_preset_names(params, where), typed(ReportParams, section(params, "report", where), where, "report"))
+
+
+def _preset_names(params: dict, where: str) -> tuple[str, ...]:
+    """`traces.presets`, the presets whose traces a stage reads."""
+    names = section(params, "traces", where).get("presets")
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise Dl2Error(f"{where}: traces.presets: expected a list of preset names, got {names!r}")
+    return tuple(names)
+
+
+@dataclass(frozen=True)
+class PretrainStage:
+    learn: Any  # LearnSettings
+    pretrain: Any  # PretrainConfig
+
+
+@dataclass(frozen=True)
+class FinetuneStage:
+    learn: Any  # LearnSettings
+    finetune: Any  # FinetunePlan
+
+
+@dataclass(frozen=True)
+class EvaluateStage:
+    learn: Any  # LearnSettings
+    runs: Any  # RunSeeds: the fine-tuned models to evaluate
+    evaluate: EvaluateParams
+
+
+@dataclass(frozen=True)
+class AblateStage:
+    group: str
+    plans: tuple  # AblationPlan per axis of the group
+    workers: int  # cells trained at once
+
+
+@dataclass(frozen=True)
+class ReproductionStage:
+    report: ReportParams
+    published: bool  # on the committed full-scale results (data/published) instead of this run's outputs
+    ablation_scale: str | None  # the scale of this run's ablations (None on the published results)
+
+
+def _learn(params: dict, where: str) -> Any:
+    from dl2.learn.settings import learn_settings
+
+    return learn_settings(section(params, "learn", where), presets_from(params, where), where)
+
+
+def _pretrain_stage(params: dict, where: str, name: str) -> PretrainStage:
+    from dl2.learn.settings import pretrain_config
+
+    return PretrainStage(_learn(params, where), pretrain_config(section(params, "pretrain", where), where))
+
+
+def _finetune_stage(params: dict, where: str, name: str) -> FinetuneStage:
+    from dl2.learn.settings import finetune_plan
+
+    return FinetuneStage(_learn(params, where), finetune_plan(section(params, "finetune", where), where))
+
+
+def _evaluate_stage(params: dict, where: str, name: str) -> EvaluateStage:
+    from dl2.learn.settings import RunSeeds
+    from dl2.schedulers import BUILTIN_POLICIES
+
+    runs = typed(RunSeeds, section(params, "finetune", where), where, "finetune")
+    evaluate = typed(EvaluateParams, section(params, "evaluate", where), where, "evaluate")
+    for policy in evaluate.heuristics:
+        if policy not in BUILTIN_POLICIES:
+            raise Dl2Error(f"{where}: evaluate.heuristics: unknown heuristic {policy!r} (known: {', '.join(BUILTIN_POLICIES)})")
+    return EvaluateStage(_learn(params, where), runs, evaluate)
+
+
+def _ablate_stage(params: dict, where: str, name: str) -> AblateStage:
+    from dl2.learn.ablations.plan import ablation_settings, group_plans
+
+    group = name.split("@")[1]
+    ablations = ablation_settings(section(params, "ablations", where), where)
+    plans = group_plans(ablations, group, params, presets_from(params, where), where)
+    return AblateStage(group, tuple(plans), ablations.workers or os.cpu_count() or 1)
+
+
+def _reproduction_stage(params: dict, where: str, name: str) -> ReproductionStage:
+    report = typed(ReportParams, section(params, "report", where), where, "report")
+    if name.endswith("-published"):
+        return ReproductionStage(report, True, None)
+    scale = section(params, "ablations", where).get("scale")
+    if not isinstance(scale, str):
+        raise Dl2Error(f"{where}: ablations.scale: expected a scale name, got {scale!r}")
+    return ReproductionStage(report, False, scale)
+
+
+BUILDERS: dict[str, Callable[[dict, str, str], Any]] = {
+    "traces": _traces_stage, "baselines": _baselines_stage, "report": _report_stage, "pretrain": _pretrain_stage,
+    "finetune": _finetune_stage, "evaluate": _evaluate_stage, "ablate": _ablate_stage, "reproduction": _reproduction_stage,
+}
+
+
+# --- dvc.yaml ---------------------------------------------------------------------------------------
+
+
+def dvc_file() -> Path:
+    return repo_root() / "dvc.yaml"
+
+
+def dvc_stages() -> dict[str, dict]:
+    """Every stage of `dvc.yaml` by name, matrix stages expanded (`ablate@learner`), `${item.x}` filled in."""
+    path = dvc_file()
+    stages = load_params(path).get("stages") or {}
+    out = {}
+    for name, spec in stages.items():
+        matrix = spec.get("matrix")
+        if not matrix:
+            out[name] = spec
+            continue
+        ((key, values),) = matrix.items()
+        for value in values:
+            out[f"{name}@{value}"] = _filled({k: v for k, v in spec.items() if k != "matrix"}, f"${{item.{key}}}", str(value))
+    return out
+
+
+def _filled(node: Any, placeholder: str, value: str) -> Any:
+    """`node` with `placeholder` replaced by `value` in every string it holds."""
+    if isinstance(node, str):
+        return node.replace(placeholder, value)
+    if isinstance(node, list):
+        return [_filled(v, placeholder, value) for v in node]
+    if isinstance(node, dict):
+        return {_filled(k, placeholder, value): _filled(v, placeholder, value) for k, v in node.items()}
+    return node
+
+
+def stage_names() -> tuple[str, ...]:
+    return tuple(dvc_stages())
+
+
+def notebook_of(name: str) -> str:
+    """The notebook a stage runs: its name before `@`, `reproduction` for `reproduction-published`."""
+    return name.split("@")[0].removesuffix("-published")
+
+
+def declared_params(name: str) -> tuple[str, ...]:
+    """The params keys `dvc.yaml` declares for stage `name` (sections, or dotted keys within them)."""
+    stages = dvc_stages()
+    if name not in stages:
+        raise Dl2Error(f"unknown stage {name!r} (known: {', '.join(stages)})")
+    keys = stages[name].get("params") or []
+    if not all(isinstance(k, str) for k in keys):
+        raise Dl2Error(f"{dvc_file()}: stages.{name}.params: dl2 reads only keys of params.yaml, got {keys!r}")
+    return tuple(keys)
+
+
+def declared_subset(params: Mapping[str, Any], keys: tuple[str, ...], where: str) -> dict:
+    """The part of `params` under `keys` (`ablations.scale` keeps `{"ablations": {"scale": ...}}`)."""
+    subset: dict = {}
+    for key in keys:
+        node, out, parts = params, subset, key.split(".")
+        for k, part in enumerate(parts):
+            if not isinstance(node, Mapping) or part not in node:
+                raise Dl2Error(f"{where}: {'.'.join(parts[:k + 1])} is missing")
+            node = node[part]
+            if k < len(parts) - 1:
+                out = out.setdefault(part, {})
+        out[parts[-1]] = copy.deepcopy(node)
+    return subset
+
+
+def _with_overrides(subset: dict, overrides: Mapping[str, Any], keys: tuple[str, ...], name: str) -> dict:
+    """`subset` with `overrides` (nested like params.yaml) merged in; each must fall under a declared key."""
+    out = copy.deepcopy(subset)
+    for path, value in _leaves(overrides):
+        dotted = ".".join(path)
+        if not any(dotted == k or dotted.startswith(f"{k}.") for k in keys):
+            raise Dl2Error(f"overrides: {dotted}: stage {name} does not read it (dvc.yaml declares: {', '.join(keys)})")
+        node = out
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = copy.deepcopy(value)
+    return out
+
+
+def _leaves(tree: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    leaves = []
+    for key, value in tree.items():
+        if isinstance(value, Mapping) and value:
+            leaves += _leaves(value, (*prefix, str(key)))
+        else:
+            leaves.append(((*prefix, str(key)), value))
+    return leaves
+
+
+def load_stage(name: str, params_file: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> Stage:
+    """Stage `name`'s configuration from the keys of `params_file` (default: the project's params.yaml) that
+    dvc.yaml declares for it, with `overrides` on top (a hand run's changes); errors name the file and key."""
+    params_file = Path(params_file or default_params_path()).resolve()
+    where = str(params_file)
+    keys = declared_params(name)
+    subset = declared_subset(load_params(params_file), keys, where)
+    if overrides:
+        subset = _with_overrides(subset, overrides, keys, name)
+        where = f"{where} (with the notebook's overrides)"
+    notebook = notebook_of(name)
+    return Stage(name, notebook, subset, BUILDERS[notebook](subset, where, name))
+
+
+# --- running ----------------------------------------------------------------------------------------
+
+
+def run_stage(name: str, params_file: str | Path | None = None, data_dir: str | Path | None = None,
+              executed: str | Path | None = None, progress: bool = True) -> Path:
+    """Execute stage `name`'s notebook with papermill; returns the executed notebook's path."""
     root = repo_root()
-    params_file = Path(params_file or root / "params.yaml").resolve()
-    params = load_params(params_file)
-    parameters = stage_parameters(stage, params, str(params_file), group)
+    params_file = Path(params_file or default_params_path()).resolve()
+    stage = load_stage(name, params_file)  # a bad parameter stops here, before any run or file is made
     data_dir = Path(data_dir or root / "data").resolve()
-    name = f"ablate-{group}" if group else f"{stage}-published" if published else stage
-    executed = Path(executed or data_dir / "executed" / f"{name}.ipynb").resolve()
-    parameters.update(params_file=str(params_file), data_dir=str(data_dir))
-    if published:
-        parameters["published"] = True
-    reads = ("learn", "pretrain", "finetune") if stage in LEARN_STAGES else ("traces",)
-    sections = ("ablations",) if stage in ("ablate", "reproduction") else ()
-    logged = {section: params[section] for section in params if section in (stage, "presets", *reads, *sections)}
-    if group:
-        section = params["ablations"]
-        logged["ablations"] = {"scale": section.get("scale"), "seeds": section.get("seeds"), "group": group,
-                               "axes": {a: section["axes"][a] for a in section["groups"][group]}}
-    run_id = create_stage_run(stage, logged, {"dl2.group": group} if group else None)
+    executed = Path(executed or data_dir / "executed" / f"{name.replace('@', '-')}.ipynb").resolve()
+    parameters = {"params_file": str(params_file), "data_dir": str(data_dir), **_notebook_parameters(name)}
+    run_id = create_stage_run(stage.name, stage.notebook, stage.params)
     parameters["run_id"] = run_id
     client = MlflowClient(tracking_uri())
     status = "FAILED"
     try:
         with atomic_path(executed) as tmp:
             try:
-                papermill.execute_notebook(
-                    str(root / "notebooks" / f"{stage}.ipynb"), str(tmp), parameters=parameters,
-                    cwd=str(root), kernel_name="python3", progress_bar=progress, log_output=False,
-                )
+                execute(root / "notebooks" / f"{stage.notebook}.ipynb", tmp, parameters, cwd=root, progress=progress)
             except papermill.PapermillExecutionError as exc:
-                raise Dl2Error(f"stage {stage}: notebook failed in cell {exc.exec_count}: {exc.ename}: {exc.evalue}") from None
+                raise Dl2Error(f"stage {name}: notebook failed in cell {exc.exec_count}: {exc.ename}: {exc.evalue}") from None
         client.log_artifact(run_id, str(executed), artifact_path="notebook")
         status = "FINISHED"
     finally:
         client.set_terminated(run_id, status)
     return executed
+
+
+def _notebook_parameters(name: str) -> dict:
+    """What tells a shared notebook which stage it runs: an ablation group, the published results."""
+    if "@" in name:
+        return {"group": name.split("@")[1]}
+    if name.endswith("-published"):
+        return {"published": True}
+    return {}
 

@@ -1,18 +1,30 @@
-"""MLflow helpers: one SQLite store at the repository root, one run per pipeline stage execution."""
+"""MLflow helpers: one SQLite store at the repository root, one run per pipeline stage execution, and one
+nested run per ablation cell."""
 
 from __future__ import annotations
 
 import os
 import subprocess
+import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 import mlflow
+from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
 from dl2.paths import repo_root
 
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from dl2.learn.ablations.plan import AblationPlan
+
 EXPERIMENT = "dl2"
+# MLflow 3 opens an experiment in its GenAI view unless told that it tracks model training
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+PARAMS_PER_CALL = 100  # MLflow's limit for one log_batch
 
 
 def tracking_uri() -> str:
@@ -28,13 +40,17 @@ def artifact_location() -> str:
 
 
 def experiment_id(name: str = EXPERIMENT) -> str:
-    """Point MLflow at the store and return the id of experiment `name`, creating it if needed."""
+    """Point MLflow at the store and return the id of experiment `name`, created (as a model-training
+    experiment, which the MLflow UI opens in its training-runs view) if needed."""
     mlflow.set_tracking_uri(tracking_uri())
     client = MlflowClient()
     experiment = client.get_experiment_by_name(name)
-    if experiment is not None:
-        return experiment.experiment_id
-    return client.create_experiment(name, artifact_location=artifact_location())
+    if experiment is None:
+        return client.create_experiment(name, artifact_location=artifact_location(), tags=EXPERIMENT_KIND)
+    for key, value in EXPERIMENT_KIND.items():
+        if experiment.tags.get(key) != value:
+            client.set_experiment_tag(experiment.experiment_id, key, value)
+    return experiment.experiment_id
 
 
 def git_commit() -> str:
@@ -60,30 +76,30 @@ def flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return flat
 
 
-def create_stage_run(stage: str, params: Mapping[str, Any], tags: Mapping[str, str] | None = None) -> str:
-    """A new run for `stage`, tagged with the stage, the git commit and `tags`, its parameters logged; returns its id."""
+def _log_params(client: MlflowClient, run_id: str, params: Mapping[str, Any]) -> None:
+    flat = [Param(key, value) for key, value in flatten(params).items()]
+    for start in range(0, len(flat), PARAMS_PER_CALL):
+        client.log_batch(run_id, params=flat[start:start + PARAMS_PER_CALL])
+
+
+def create_stage_run(name: str, notebook: str, params: Mapping[str, Any]) -> str:
+    """A new run for stage `name` (of dvc.yaml), named and tagged after it (`dl2.stage`, `dl2.group` for an
+    ablation group) and the git commit, with the `params` it reads logged; returns its id."""
     client = MlflowClient(tracking_uri())
-    run = client.create_run(
-        experiment_id(),
-        run_name=stage if not tags or "dl2.group" not in tags else f"{stage}-{tags['dl2.group']}",
-        tags={"dl2.stage": stage, "mlflow.source.git.commit": git_commit(), "mlflow.source.name": f"notebooks/{stage}.ipynb",
-              **(tags or {})},
-    )
-    for key, value in flatten(params).items():
-        client.log_param(run.info.run_id, key, value)
+    tags = {"dl2.stage": name.split("@")[0], "mlflow.source.git.commit": git_commit(),
+            "mlflow.source.name": f"notebooks/{notebook}.ipynb"}
+    if "@" in name:
+        tags["dl2.group"] = name.split("@")[1]
+    run = client.create_run(experiment_id(), run_name=name.replace("@", "-"), tags=tags)
+    _log_params(client, run.info.run_id, params)
     return run.info.run_id
 
 
-def open_stage_run(stage: str, run_id: str | None = None, params: Mapping[str, Any] | None = None) -> mlflow.ActiveRun:
-    """Make the stage's MLflow run active: the pipeline's (`run_id`) or, run by hand in JupyterLab, a new one.
-
-    Close it with `mlflow.end_run()` at the end of the notebook.
-    """
+def open_run(run_id: str) -> mlflow.ActiveRun:
+    """Make run `run_id` the active MLflow run (ending any other first). Close it with `mlflow.end_run()`."""
     experiment_id()
     if mlflow.active_run() is not None:
         mlflow.end_run()
-    if run_id is None:
-        run_id = create_stage_run(stage, params or {})
     return mlflow.start_run(run_id=run_id)
 
 
@@ -91,3 +107,27 @@ def log_metrics(metrics: Mapping[str, float], prefix: str = "") -> None:
     """Log numeric metrics to the active run (names sanitized for MLflow)."""
     clean = {f"{prefix}{k}".replace("/", "_").replace(" ", "_"): float(v) for k, v in metrics.items()}
     mlflow.log_metrics(clean)
+
+
+def log_ablation_cells(ablation: AblationPlan, table: pd.DataFrame, curve_frame: pd.DataFrame, parent_run_id: str | None) -> None:
+    """One MLflow run per cell, tagged with the axis and the cell (nested under the stage's run): the
+    cell's parameters, its summary row, and each seed's learning curve."""
+    client = MlflowClient(tracking_uri())
+    experiment = experiment_id()
+    rows = table.set_index("cell")
+    now = int(time.time() * 1000)
+    for cell in ablation.cells:
+        tags = {"dl2.stage": "ablate", "dl2.axis": ablation.axis, "dl2.cell": cell.label,
+                "dl2.reference": str(cell.label == ablation.reference).lower()}
+        if parent_run_id:
+            tags["mlflow.parentRunId"] = parent_run_id
+        run_id = client.create_run(experiment, run_name=f"{ablation.axis}={cell.label}", tags=tags).info.run_id
+        _log_params(client, run_id, {"run": cell.run, **cell.params})
+        metrics = [Metric(key, float(rows.loc[cell.label, key]), now, 0)
+                   for key in ("jct", "sd", "min", "max", "jct_sampled", "ratio_to_bound", "vs_reference", "vs_optimus", "vs_teacher")
+                   if key in rows]
+        mine = curve_frame[curve_frame.cell == cell.label]
+        metrics += [Metric(f"val_jct_greedy.s{seed}", float(jct), now, int(update))
+                    for seed, update, jct in zip(mine["seed"], mine["update"], mine["val_jct_greedy"])]
+        client.log_batch(run_id, metrics=metrics)
+        client.set_terminated(run_id, "FINISHED")

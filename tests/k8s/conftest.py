@@ -7,10 +7,6 @@ import pytest
 from dl2.k8s import testbed as local_testbed
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "k8s: runs against the local control plane (etcd, kube-apiserver, KWOK)")
-
-
 def pytest_collection_modifyitems(items):
     for item in items:
         if "tests/k8s/" in str(item.fspath):

@@ -9,12 +9,12 @@ import os
 import numpy as np
 import yaml
 
-from dl2.config import Preset
+from dl2.backends.sim import simulate
 from dl2.k8s.client import Kube
-from dl2.k8s.jobs import job_name, submit_trace
+from dl2.k8s.jobs import submit_trace
 from dl2.k8s.resources import create_nodes, ensure_namespace
-from dl2.sim.run import simulate
 from dl2.sim.scenario import Scenario, SimOptions
+from dl2.workload.presets import Preset
 from dl2.workload.traces import generate_trace
 
 PRESET = Preset("k8s-test", num_nodes=2, num_jobs=10, max_arrivals=3, max_epochs=8000, max_tasks=4,
@@ -56,7 +56,7 @@ def submitted(kube: Kube, seed: int, num_nodes: int = PRESET.num_nodes):
     return sc, tr, ns
 
 
-def assert_simulator_jcts(jct: dict[str, float], tr, sc: Scenario, policy: str = "drf") -> None:
-    """Per-job JCTs (by DL2Job name) equal the simulator's on the same trace."""
-    got = [jct[job_name(int(i))] for i in tr.job_id]
+def assert_simulator_jcts(jct: dict[int, float], tr, sc: Scenario, policy: str = "drf") -> None:
+    """Per-job JCTs (by job id) equal the simulator's on the same trace."""
+    got = [jct[int(i)] for i in tr.job_id]
     np.testing.assert_allclose(got, simulate(tr, policy, sc).jct, rtol=1e-9)

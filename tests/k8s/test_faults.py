@@ -11,16 +11,16 @@ import time
 import httpx
 import pytest
 
-from .support import PRESET, assert_simulator_jcts, params_file, scenario, space, submitted, trace
 from dl2.errors import Dl2Error
 from dl2.k8s.backend import KubeCluster
 from dl2.k8s.client import ApiError, Kube, load_kubeconfig, ssl_context
+from dl2.k8s.emulator import ProgressEmulator
 from dl2.k8s.jobs import submit_trace, trace_manifests
 from dl2.k8s.loop import run, run_slot
-from dl2.k8s.emulator import ProgressEmulator
 from dl2.k8s.resources import CLOCK, JOB_LABEL, configmap_path, ensure_namespace, jobs_path, pods_path
 from dl2.schedulers import get_scheduler
 
+from .support import PRESET, assert_simulator_jcts, params_file, scenario, space, submitted, trace
 
 
 def _scheduler_process(testbed, ns, params, *extra):

@@ -1,29 +1,38 @@
-"""Online RL fine-tuning against the testbed: `Trainer(make_env=KubeEnvFactory(...))` updates the policy,
-logs to MLflow, and its checkpoint (environments included) loads and reconnects."""
+"""Online RL fine-tuning against the testbed: the generic environment over a `KubeCluster` steps as the
+simulator's compiled one does, a learner updates the policy there and logs to MLflow, and its checkpoint
+(environments included) loads and reconnects."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import mlflow
-import pytest
 import numpy as np
+import pytest
 import torch
+from conftest import PPO, rl_config
 from mlflow.tracking import MlflowClient
 
-from .support import PRESET, scenario, space, trace
 from dl2 import tracking
+from dl2.backends import training_environments
 from dl2.errors import Dl2Error
-from dl2.k8s.env import KubeDecisionEnv, KubeEnvFactory, environment_factory
+from dl2.k8s.client import load_kubeconfig
+from dl2.k8s.env import KubeEnvFactory, KubeEnvironments, KubeTraces
 from dl2.learn.agent import DL2Policy
-from dl2.learn.env import DecisionEnv
+from dl2.learn.env import BackendEnv, DecisionEnv
+from dl2.learn.learners import make_trainer
 from dl2.learn.nets import net_config
-from dl2.learn.rl import RLConfig, Trainer
+from dl2.learn.trainer import Trainer
+from dl2.learn.workflow import simulator_environments
+
+from .support import PRESET, scenario, space, trace
 
 
 def test_the_kubernetes_env_matches_the_simulators_env_action_for_action(kube, testbed):
     sc = scenario(assign_bundle=True)
     tr = trace(12)
     ns = space(kube)
-    kenv = KubeDecisionEnv([tr], sc, window=10, kubeconfig=testbed.kubeconfig, namespace=ns, pool=ns)
+    kenv = BackendEnv([tr], sc, window=10, open_backend=KubeTraces(testbed.kubeconfig, sc, ns, ns))
     senv = DecisionEnv([tr], sc, window=10)
     rng = np.random.default_rng(0)
     (ks, ki), (ss, si) = kenv.reset(), senv.reset()
@@ -43,20 +52,20 @@ def test_the_kubernetes_env_matches_the_simulators_env_action_for_action(kube, t
     assert steps > 10
 
 
-@pytest.mark.parametrize("algorithm", ["dl2", "ppo"])
+@pytest.mark.parametrize("algorithm", ["actor-critic", "ppo"])
 def test_online_rl_on_the_testbed_updates_the_policy_and_logs_to_mlflow(testbed, tmp_path, monkeypatch, algorithm):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     sc = scenario(assign_bundle=True)
     torch.manual_seed(0)
     policy = DL2Policy(net_config("paper", window=10), PRESET.max_tasks, sc.options.assign_bundle)
     before = [p.detach().clone() for p in policy.net.parameters()]
-    learner = {"dl2": dict(replay_size=512, learn_start=32),
-               "ppo": dict(replay="off", exploration="off", shaping="env", rollout_length=16, ppo_epochs=2)}[algorithm]
-    config = RLConfig(algorithm=algorithm, updates=3, num_envs=2, batch_size=32, validate_every=3, checkpoint_every=3,
-                      seed=0, **learner)
-    trainer = Trainer(policy, [trace(13), trace(14)], [trace(15)], sc, config, tag="k8s-test",
-                      make_env=KubeEnvFactory(testbed.kubeconfig, prefix=f"rl-{algorithm}"))
-    assert all(isinstance(env, KubeDecisionEnv) for env in trainer.envs)
+    learner = {"actor-critic": dict(replay_size=512, learn_start=32),
+               "ppo": dict(**PPO, shaping="env", rollout_length=16, ppo_epochs=2)}[algorithm]
+    config = rl_config(algorithm=algorithm, updates=3, num_envs=2, batch_size=32, validate_every=3, checkpoint_every=3,
+                       seed=0, **learner)
+    trainer = make_trainer(policy, [trace(13), trace(14)], [trace(15)], sc, config, tag="k8s-test",
+                           make_env=KubeEnvFactory(testbed.kubeconfig, prefix=f"rl-{algorithm}"))
+    assert all(isinstance(env, BackendEnv) for env in trainer.envs)
     tracking.experiment_id()
     with mlflow.start_run(run_name="finetune-k8s") as run:
         mlflow.log_param("backend", "k8s")
@@ -65,17 +74,21 @@ def test_online_rl_on_the_testbed_updates_the_policy_and_logs_to_mlflow(testbed,
     assert any(not torch.equal(a, b) for a, b in zip(before, policy.net.parameters()))
     logged = MlflowClient(tracking.tracking_uri()).get_run(run.info.run_id).data
     assert logged.params["backend"] == "k8s" and np.isfinite(logged.metrics["rl_val_jct_greedy"])
+    token = load_kubeconfig(testbed.kubeconfig).token
+    assert token and token.encode() not in (tmp_path / "ckpt.pkl").read_bytes()  # the kubeconfig's path, not its credentials
     resumed = Trainer.load(tmp_path / "ckpt.pkl")
     assert resumed.updates == 3
     assert resumed.envs[0].backend.slot == trainer.envs[0].backend.slot  # reconnected to the same namespace
-    resumed.config = RLConfig(**{**config.__dict__, "updates": 4})
+    resumed.config = replace(config, updates=4)
     resumed.train(stop_after=1)
     assert resumed.updates == 4
 
 
-def test_the_finetune_backend_setting_picks_the_environment(testbed):
-    assert environment_factory("sim", "sl-rl") is DecisionEnv
-    factory = environment_factory("k8s", "sl-rl", kubeconfig=testbed.kubeconfig)
+def test_the_finetune_backend_setting_picks_the_environments(testbed):
+    assert training_environments("sim") is simulator_environments and simulator_environments("sl-rl") is DecisionEnv
+    environments = training_environments("k8s", kubeconfig=testbed.kubeconfig)
+    assert isinstance(environments, KubeEnvironments)
+    factory = environments("sl-rl")
     assert isinstance(factory, KubeEnvFactory) and factory.prefix == "dl2-sl-rl"
-    with pytest.raises(Dl2Error, match=r"params.yaml: finetune.backend: expected one of sim, k8s, got 'kind'"):
-        environment_factory("kind", "sl-rl")
+    with pytest.raises(Dl2Error, match=r"finetune.backend: expected one of sim, k8s, got 'kind'"):
+        training_environments("kind")

@@ -10,11 +10,12 @@ import sys
 
 import yaml
 
-from .support import PRESET, assert_simulator_jcts, params_file, scenario, space, submitted, trace
 from dl2.k8s.backend import KubeCluster
 from dl2.k8s.jobs import trace_manifests
 from dl2.k8s.resources import crd_manifest, jobs_path
 from dl2.paths import PACKAGE_DIR
+
+from .support import PRESET, assert_simulator_jcts, params_file, scenario, space, submitted, trace
 
 DEPLOY = PACKAGE_DIR.parents[1] / "deploy"
 PATHS = {  # kind -> collection path (cluster-scoped, or namespaced with {ns})

@@ -9,16 +9,17 @@ import numpy as np
 import pytest
 import torch
 
-from .support import PRESET, scenario, space, trace
+from dl2.backends.sim import simulate
 from dl2.k8s.backend import KubeCluster
 from dl2.k8s.build import ensure_binaries
-from dl2.k8s.jobs import job_name, submit_trace, trace_manifests
+from dl2.k8s.jobs import submit_trace, trace_manifests
 from dl2.k8s.loop import run
 from dl2.k8s.resources import JOB_LABEL, SCHEDULER_NAME, jobs_path, pods_path
 from dl2.learn.agent import DL2Policy, DL2Scheduler
 from dl2.learn.nets import net_config
 from dl2.schedulers import get_scheduler
-from dl2.sim.run import simulate
+
+from .support import PRESET, scenario, space, trace
 
 
 def run_on_kubernetes(kube, tr, sc, scheduler, ns=None):
@@ -27,7 +28,7 @@ def run_on_kubernetes(kube, tr, sc, scheduler, ns=None):
     backend = KubeCluster(kube, sc, ns, ns)
     run(backend, scheduler)
     jct = backend.jct()
-    return np.array([jct[job_name(int(i))] for i in tr.job_id]), backend, ns
+    return np.array([jct[int(i)] for i in tr.job_id]), backend, ns
 
 
 def dl2_scheduler(seed: int = 0) -> DL2Scheduler:

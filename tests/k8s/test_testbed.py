@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from .support import PRESET, params_file
 from dl2.errors import Dl2Error
 from dl2.k8s import build
 from dl2.k8s.client import ApiError, Kube, load_kubeconfig
-from dl2.k8s.resources import GPU, POOL_LABEL, create_nodes, crd_manifest, install_crd
+from dl2.k8s.resources import GPU, POOL_LABEL, crd_manifest, create_nodes, install_crd
+
+from .support import PRESET, params_file
 
 
 def test_nodes_mirror_the_presets_cluster(kube):

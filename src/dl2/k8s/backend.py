@@ -1,5 +1,5 @@
-"""A Kubernetes namespace as a dl2 backend, with the simulator's protocol: `observe()`, `apply(alloc)`,
-`done`, `slot`, `stats` (see `dl2.sim.backend.SimulatedCluster`).
+"""A Kubernetes namespace as a dl2 backend (`dl2.schedulers.base.Backend`): `observe()`, `apply(alloc)`,
+`done`, `slot`, `jct()`, and `stats` (as `dl2.backends.sim.SimulatedCluster`).
 
 All state lives in the cluster: the slot clock and the slot's committed allocation in the `dl2-clock`
 ConfigMap, each job's admission, allocation and progress in its DL2Job status, the tasks as pods. A
@@ -7,6 +7,9 @@ slot: admit arrived DL2Jobs (checking their specs), show the scheduler the uncom
 nodes of the pool; commit its allocation to the clock; create, bind and delete pods to match; let the
 emulator count the bound pods into progress; move the clock. A scheduler restarted at any point finds
 the committed allocation (`committed`) and finishes the slot with `resume()`.
+
+A `KubeCluster` made with `connect(kubeconfig, ...)` pickles as its kubeconfig path (never the
+credentials) and reconnects when loaded, so a training checkpoint holding it resumes on the cluster.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import datetime
 import hashlib
 import json
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 
@@ -22,12 +26,25 @@ from dl2.errors import Dl2Error
 from dl2.k8s import jobs as dl2jobs
 from dl2.k8s.client import ApiError, Kube
 from dl2.k8s.emulator import ProgressEmulator
-from dl2.k8s.resources import (CLOCK, GPU, JOB_LABEL, NODE_INDEX_LABEL, POOL_LABEL, bind, configmap_path, is_ready,
-                               jobs_path, pod_manifest, pods_path)
+from dl2.k8s.resources import (
+    CLOCK,
+    GPU,
+    JOB_LABEL,
+    NODE_INDEX_LABEL,
+    POOL_LABEL,
+    bind,
+    configmap_path,
+    ensure_namespace,
+    is_ready,
+    jobs_path,
+    pod_manifest,
+    pods_path,
+)
 from dl2.schedulers.base import Allocation, Observation
 from dl2.sim import engine
 from dl2.sim.scenario import Scenario
 from dl2.sim.state import make_cluster, make_jobs
+from dl2.workload.traces import Trace
 
 ROLE_NAMES = ("worker", "ps")
 
@@ -43,7 +60,7 @@ def quantity(text: str) -> int:
 
 
 def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def pod_name(job: str, role: str, node: str, k: int) -> str:
@@ -54,13 +71,44 @@ def pod_name(job: str, role: str, node: str, k: int) -> str:
 class KubeCluster:
     """DL2Jobs of one namespace on the Ready nodes of one pool (nodes labelled `dl2.io/pool=<pool>`)."""
 
-    def __init__(self, kube: Kube, scenario: Scenario, namespace: str, pool: str):
+    def __init__(self, kube: Kube, scenario: Scenario, namespace: str, pool: str, kubeconfig: str | None = None):
         self.kube, self.scenario, self.namespace, self.pool = kube, scenario, namespace, pool
+        self.kubeconfig = kubeconfig  # where `kube` connected from: what a pickled KubeCluster reconnects with
         self.table = scenario.table
         self.catalog = scenario.catalog
         self.emulator = ProgressEmulator(kube, namespace, scenario.true_table, scenario.options.fine_grained_jct)
         self.stats: list[np.ndarray] = []
         self._view: dict | None = None
+
+    @classmethod
+    def connect(cls, kubeconfig: str | Path, scenario: Scenario, namespace: str, pool: str) -> KubeCluster:
+        """A backend on the cluster `kubeconfig` points at, which checkpoints can hold (see the module docstring)."""
+        return cls(Kube.from_kubeconfig(kubeconfig), scenario, namespace, pool, str(kubeconfig))
+
+    def __getstate__(self) -> dict:
+        if self.kubeconfig is None:
+            raise TypeError("a KubeCluster checkpoints only when made with KubeCluster.connect(kubeconfig, ...)")
+        state = {k: v for k, v in self.__dict__.items() if k not in ("kube", "emulator", "_view")}
+        return {**state, "slot_open": self._view is not None}
+
+    def __setstate__(self, state: dict) -> None:
+        slot_open = state.pop("slot_open")
+        self.__init__(Kube.from_kubeconfig(state["kubeconfig"]), state["scenario"], state["namespace"], state["pool"],
+                      state["kubeconfig"])
+        self.stats = state["stats"]
+        if slot_open:
+            self.observe()  # the open slot was never applied: observe it again
+
+    def restart(self, trace: Trace) -> None:
+        """Start `trace` here: delete the namespace's DL2Jobs, their pods and the clock, then submit the
+        trace as DL2Jobs."""
+        ensure_namespace(self.kube, self.namespace)
+        for path in (jobs_path(self.namespace), pods_path(self.namespace)):
+            self.kube.request("DELETE", path, {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0},
+                              params={"labelSelector": JOB_LABEL} if path.endswith("pods") else None)
+        self.kube.delete(configmap_path(self.namespace, CLOCK))
+        dl2jobs.submit_trace(self.kube, trace, self.catalog, self.namespace)
+        self.stats, self._view = [], None
 
     # --- state read from the cluster -------------------------------------------------------------
     def clock(self) -> dict:
@@ -95,9 +143,9 @@ class KubeCluster:
         nodes = [n for n in self.kube.items("/api/v1/nodes", labelSelector=f"{POOL_LABEL}={self.pool}") if is_ready(n)]
         return sorted(nodes, key=lambda n: (int(n["metadata"]["labels"].get(NODE_INDEX_LABEL, 1 << 30)), n["metadata"]["name"]))
 
-    def jct(self) -> dict[str, float]:
-        """JCT in slots of every succeeded job, by name."""
-        return {j["metadata"]["name"]: float(j["status"]["jct"]) for j in self.jobs()
+    def jct(self) -> dict[int, float]:
+        """JCT in slots of every succeeded job, by job id."""
+        return {int(j["status"]["jobId"]): float(j["status"]["jct"]) for j in self.jobs()
                 if j.get("status", {}).get("phase") == "Succeeded"}
 
     @property
@@ -215,7 +263,8 @@ class KubeCluster:
                 job_id = spec.job_id
                 if job_id is None:
                     job_id, next_id = next_id, next_id + 1
-                condition = {"type": "Valid", "status": "True", "reason": "Admitted", "message": "spec checked", "lastTransitionTime": _now()}
+                condition = {"type": "Valid", "status": "True", "reason": "Admitted", "message": "spec checked",
+                             "lastTransitionTime": _now()}
                 job.update(self._patch_status(job, {
                     "phase": "Running", "jobId": job_id, "admittedSlot": min(arrival, slot), "progress": 0.0,
                     "progressPercent": "0.0%", "progressSlot": slot - 1, "conditions": [condition]}))
@@ -263,7 +312,8 @@ class KubeCluster:
         for pod, (name, role, node) in desired.items():
             if pod not in existing:
                 spec = demand[name]
-                self.kube.create(pods_path(self.namespace), pod_manifest(active[name], pod, role, spec.worker_demand if role == "worker" else spec.ps_demand))
+                task_demand = spec.worker_demand if role == "worker" else spec.ps_demand
+                self.kube.create(pods_path(self.namespace), pod_manifest(active[name], pod, role, task_demand))
                 changes += 1
             if pod not in existing or not existing[pod]["spec"].get("nodeName"):
                 bind(self.kube, self.namespace, pod, node)

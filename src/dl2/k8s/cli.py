@@ -13,17 +13,17 @@ DEFAULT_POOL = "dl2"
 
 
 def _scenario(args: argparse.Namespace):
-    from dl2.config import get_preset
     from dl2.sim.scenario import Scenario, SimOptions
+    from dl2.workload.presets import get_preset
 
     return Scenario(get_preset(args.preset, args.params), SimOptions(assign_bundle=args.assign_bundle))
 
 
 def cmd_testbed_up(args: argparse.Namespace) -> None:
-    from dl2.config import get_preset
     from dl2.errors import Dl2Error
     from dl2.k8s import testbed
     from dl2.k8s.resources import create_nodes
+    from dl2.workload.presets import get_preset
 
     if not args.local:
         raise Dl2Error("only the local testbed starts from here (`dl2 testbed up --local`); for kind run deploy/kind-up.sh")
@@ -96,13 +96,14 @@ def _kubeconfig(args: argparse.Namespace) -> Path | None:
 
 
 def cmd_scheduler_run(args: argparse.Namespace) -> None:
+    from dl2.backends import load_scheduler
     from dl2.k8s.backend import KubeCluster
     from dl2.k8s.client import Kube
+    from dl2.k8s.jobs import job_name
     from dl2.k8s.loop import run
     from dl2.k8s.resources import ensure_namespace
-    from dl2.schedulers import get_scheduler
 
-    scheduler = get_scheduler(args.policy)
+    scheduler = load_scheduler(args.policy)
     kube = Kube.from_kubeconfig(_kubeconfig(args))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
@@ -110,7 +111,8 @@ def cmd_scheduler_run(args: argparse.Namespace) -> None:
         backend = KubeCluster(kube, _scenario(args), args.namespace, args.pool)
         slots = run(backend, scheduler, args.slot_seconds, args.max_slots, args.until_done,
                     log=lambda m: print(m, file=sys.stderr, flush=True))
-        print(json.dumps({"slots": slots, "slot": backend.slot, "jct": backend.jct()}, indent=2))
+        jct = {job_name(job): value for job, value in sorted(backend.jct().items())}  # as kubectl names the DL2Jobs
+        print(json.dumps({"slots": slots, "slot": backend.slot, "jct": jct}, indent=2))
     finally:
         kube.close()
 
@@ -124,7 +126,8 @@ def cmd_scheduler_task(args: argparse.Namespace) -> None:
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    tb = sub.add_parser("testbed", help="a local Kubernetes control plane (etcd, kube-apiserver, KWOK)").add_subparsers(dest="action", required=True)
+    tb = sub.add_parser("testbed", help="a local Kubernetes control plane (etcd, kube-apiserver, KWOK)")
+    tb = tb.add_subparsers(dest="action", required=True)
     folder = argparse.ArgumentParser(add_help=False)
     folder.add_argument("--folder", type=Path, default=None, help="the testbed's folder (default: ~/.cache/dl2/testbed/run)")
     up = tb.add_parser("up", parents=[folder], help="build (first time) and start the testbed; prints its kubeconfig path")
@@ -147,7 +150,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     submit.add_argument("--trace", type=Path, required=True)
     submit.set_defaults(func=cmd_testbed_submit)
 
-    ks = sub.add_parser("k8s-scheduler", help="the dl2 Kubernetes scheduler and progress emulator").add_subparsers(dest="action", required=True)
+    ks = sub.add_parser("k8s-scheduler", help="the dl2 Kubernetes scheduler and progress emulator")
+    ks = ks.add_subparsers(dest="action", required=True)
     runp = ks.add_parser("run", parents=[connect], help="schedule DL2Jobs slot by slot")
     runp.add_argument("--policy", default="drf", help="a heuristic (fifo, srtf, drf, tetris, optimus) or a DL2 model .pt")
     runp.add_argument("--preset", default="paper", help="max_tasks and the speed table come from this preset")

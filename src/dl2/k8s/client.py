@@ -11,9 +11,10 @@ import os
 import ssl
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 import httpx
 import yaml
@@ -94,7 +95,7 @@ class Kube:
         self.retried = 0  # transient failures retried so far
 
     @classmethod
-    def from_kubeconfig(cls, path: str | Path | None, **kwargs) -> "Kube":
+    def from_kubeconfig(cls, path: str | Path | None, **kwargs) -> Kube:
         return cls(load_kubeconfig(path) if path is not None else in_cluster(), **kwargs)
 
     def close(self) -> None:

@@ -8,7 +8,7 @@ to the cluster before it is carried out and each job's progress is counted once 
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from dl2.k8s.backend import KubeCluster
 from dl2.k8s.client import ApiError

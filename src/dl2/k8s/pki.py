@@ -39,7 +39,7 @@ def _pem_key(key: ec.EllipticCurvePrivateKey) -> str:
 
 def _cert(subject: str, public_key, issuer: x509.Name, signer, ca: bool, sans: list[x509.GeneralName],
           group: str | None = None) -> x509.Certificate:
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     name = [x509.NameAttribute(NameOID.COMMON_NAME, subject)]
     if group:  # the API server reads a client certificate's organization as the user's group
         name.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, group))

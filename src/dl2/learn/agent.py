@@ -69,14 +69,14 @@ class DL2Policy:
             torch.save(payload, tmp)
 
     @classmethod
-    def load_state(cls, other: "DL2Policy") -> "DL2Policy":
+    def load_state(cls, other: DL2Policy) -> DL2Policy:
         """An independent copy of `other` (same architecture, options and weights)."""
         policy = cls(other.config, other.max_tasks, other.assign_bundle)
         policy.net.load_state_dict(other.net.state_dict())
         return policy
 
     @classmethod
-    def load(cls, path: str | Path) -> "DL2Policy":
+    def load(cls, path: str | Path) -> DL2Policy:
         """A saved model; a file that holds anything but data (code to run, say) is refused unopened."""
         path = Path(path)
         if not path.is_file():
@@ -125,7 +125,7 @@ class DL2Scheduler:
         self.decisions = 0  # made in the last slot scheduled
 
     @classmethod
-    def load(cls, path: str | Path, **kwargs) -> "DL2Scheduler":
+    def load(cls, path: str | Path, **kwargs) -> DL2Scheduler:
         return cls(DL2Policy.load(path), **kwargs)
 
     def schedule(self, obs: Observation) -> Allocation:

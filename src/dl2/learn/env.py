@@ -1,20 +1,25 @@
-"""The DL2 decision environment: one policy decision at a time on the simulator (DESIGN §3, §5).
+"""The DL2 decision environment: one policy decision at a time (DESIGN §3, §5).
 
 Each slot: admit arrivals, free the cluster, optionally give every job one bundle ("assign bundle"),
 then ask the policy repeatedly for one of `3*window + 1` actions. A placed action asks again; void, an
 allocation failure, or nothing left to decide ends the slot, which then trains and pays its reward
 (sum over jobs of epochs trained / epochs). Slots with nothing to decide run without asking.
 
-`DecisionEnv` follows Gymnasium's `reset`/`step` (masks in `info`); `VecEnv` steps several at once.
+`BackendEnv` is the environment over any backend (`dl2.schedulers.base.Backend`): the simulator, or a
+Kubernetes cluster whose slots really run. `DecisionEnv` is its compiled fast path on the simulator,
+tested equal to `BackendEnv` over `dl2.backends.sim.SimulatedCluster`. Both follow Gymnasium's
+`reset`/`step` (masks in `info`); `VecEnv` steps several at once.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 from numba import njit
 
+from dl2.schedulers.base import Backend
 from dl2.sim import engine
 from dl2.sim.placement import place_least_loaded
 from dl2.sim.scenario import Scenario
@@ -137,7 +142,8 @@ class DecisionEnv:
         self.shuffle = shuffle
         self.table = scenario.true_table  # what jobs train at (the policy needs no speed model)
         p, o = scenario.preset, scenario.options
-        self.max_tasks, self.fine_grained, self.assign_bundle, self.max_slots = p.max_tasks, o.fine_grained_jct, o.assign_bundle, o.max_slots
+        self.max_tasks, self.fine_grained = p.max_tasks, o.fine_grained_jct
+        self.assign_bundle, self.max_slots = o.assign_bundle, o.max_slots
         self.cluster = make_cluster(p.num_nodes, p.node_cpu, p.node_gpu)
         self.state = np.zeros((window, NUM_FEATURES), dtype=np.float32)
         self.window_jobs = np.full(window, -1, dtype=np.int64)
@@ -186,6 +192,84 @@ class DecisionEnv:
         end = np.empty(len(self.order))
         end[self.order] = self.jobs.end
         return end - self.trace.arrival + 1.0
+
+
+class BackendEnv:
+    """One backend running traces one after another (Gymnasium-style API, as `DecisionEnv`).
+
+    `open_backend(trace)` starts a trace and returns its backend. Within a slot the policy's decisions are
+    placed on the observation's own allocation, exactly as the compiled environment places them; the
+    slot's allocation then goes to the backend in one `apply`, which returns the slot's reward.
+    """
+
+    def __init__(self, traces: Sequence[Trace], scenario: Scenario, window: int = 20, seed: int = 0,
+                 shuffle: bool = True, *, open_backend: Callable[[Trace], Backend]):
+        if not traces:
+            raise ValueError("BackendEnv needs at least one trace")
+        self.traces, self.scenario, self.window, self.shuffle = list(traces), scenario, window, shuffle
+        self.open_backend = open_backend
+        self.rng = np.random.default_rng(seed)
+        self.max_tasks = scenario.preset.max_tasks
+        self.state = np.zeros((window, NUM_FEATURES), dtype=np.float32)
+        self.window_jobs = np.full(window, -1, dtype=np.int64)
+        self.mask = np.zeros(3 * window + 1, dtype=np.bool_)
+        self._next_trace = 0
+        self.trace: Trace | None = None
+
+    @property
+    def num_actions(self) -> int:
+        return 3 * self.window + 1
+
+    @property
+    def slot(self) -> int:
+        return self.obs.slot
+
+    def reset(self, seed: int | None = None, trace: Trace | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        """Start the next trace on its backend and run to the first decision."""
+        self.trace = choose_trace(self, seed, trace)
+        self.backend = self.open_backend(self.trace)
+        if self._next_decision() != CONTINUE:
+            raise RuntimeError("trace has no decision to make")
+        return self.state, {"mask": self.mask, "slot": self.slot}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        action = int(action)
+        if action < 3 * self.window and self.mask[action]:
+            job = int(self.window_jobs[action // 3])
+            if place_least_loaded(self.alloc.jobs, self.alloc.cluster, job, action % 3) and self._refresh() > 0:
+                return self.state, 0.0, False, False, {"mask": self.mask, "slot": self.slot, "slot_end": False}
+        reward = self.backend.apply(self.alloc)
+        status = self._next_decision()
+        info: dict[str, Any] = {"mask": self.mask, "slot": self.slot, "slot_end": True}
+        if status == DONE:
+            info["jct"] = self.jct()
+        return self.state, reward, status == DONE, status == TRUNCATED, info
+
+    def potential(self, table: np.ndarray) -> float:
+        """What the open slot would pay if it ended now, by `table` (a speed model's epochs per slot)."""
+        return slot_potential(self.alloc.jobs, table)
+
+    def jct(self) -> np.ndarray:
+        """Per-job JCT of the current trace, in trace order (nan for unfinished jobs)."""
+        done = self.backend.jct()
+        return np.array([done.get(int(i), np.nan) for i in self.trace.job_id])
+
+    def _refresh(self) -> int:
+        observe_window(self.alloc.jobs, self.alloc.cluster, self.obs.slot, self.max_tasks, self.state, self.window_jobs)
+        return action_mask(self.alloc.jobs, self.window_jobs, self.max_tasks, self.mask)
+
+    def _next_decision(self) -> int:
+        """Run slots with nothing to decide; CONTINUE at the next decision, or DONE / TRUNCATED."""
+        while True:
+            if self.backend.done:
+                return DONE
+            if self.backend.slot >= self.scenario.options.max_slots:
+                return TRUNCATED
+            self.obs = self.backend.observe()
+            self.alloc = self.obs.allocation()
+            if self._refresh() > 0:
+                return CONTINUE
+            self.backend.apply(self.alloc)
 
 
 class VecEnv:

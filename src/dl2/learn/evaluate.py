@@ -1,21 +1,40 @@
-"""Evaluation: learned policies beside every heuristic on the same validation traces, with latency."""
+"""Evaluation: learned policies beside every heuristic on the same validation traces."""
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from dl2.learn.agent import DL2Policy, DL2Scheduler
+from dl2.learn.agent import DL2Policy
 from dl2.learn.rollout import run_policy
+from dl2.learn.settings import RunSeeds
+from dl2.learn.workflow import model_name
 from dl2.metrics import lower_bound_jct
-from dl2.sim.backend import SimulatedCluster
-from dl2.sim.run import simulate
+from dl2.schedulers.builtin import simulate_builtin
 from dl2.sim.scenario import Scenario
 from dl2.workload.traces import Trace
+
+RUN_LABELS = {"sl-rl": "dl2", "rl-only": "rl-only", "offline-rl": "offline-rl"}  # a fine-tuning run, as the report names it
+REFERENCES = {"DRF": "drf", "Optimus": "optimus", "SL only": "sl-only"}  # Fig. 10's reference lines
+
+
+def load_learned(models: Path, runs: RunSeeds) -> dict[str, dict[int, DL2Policy]]:
+    """The fine-tuned policies under `models/finetune/` by label (`RUN_LABELS`) and seed, and the pretrained
+    policy alone (`sl-only`)."""
+    learned = {RUN_LABELS[run]: {seed: DL2Policy.load(models / "finetune" / f"{model_name(run, seed)}.pt") for seed in runs.seeds}
+               for run in runs.runs}
+    learned["sl-only"] = {0: DL2Policy.load(models / "pretrained.pt")}
+    return learned
+
+
+def reference_jcts(summary: pd.DataFrame, results: pd.DataFrame) -> dict[str, float]:
+    """Fig. 10's horizontal lines: DRF, Optimus and the pretrained policy where evaluated, and the lower bound."""
+    jct = summary.set_index("policy").avg_jct
+    return {label: float(jct[policy]) for label, policy in REFERENCES.items() if policy in jct} | \
+        {"lower bound": float(results.lower_bound.mean())}
 
 
 def evaluate(learned: Mapping[str, Mapping[int, DL2Policy]], heuristics: Sequence[str], traces: Sequence[Trace],
@@ -29,7 +48,7 @@ def evaluate(learned: Mapping[str, Mapping[int, DL2Policy]], heuristics: Sequenc
     bound = np.array([lower_bound_jct(t, scenario).mean() for t in traces])
     rows = []
     for name in heuristics:
-        jct = np.array([simulate(t, name, scenario).jct.mean() for t in traces])
+        jct = np.array([simulate_builtin(t, name, scenario).jct.mean() for t in traces])
         rows += _rows(name, -1, jct, bound)
     for name, policies in learned.items():
         for k, policy in policies.items():
@@ -63,30 +82,3 @@ def summary_metrics(table: pd.DataFrame) -> dict[str, dict]:
 def _rows(policy: str, seed: int, jct: np.ndarray, bound: np.ndarray) -> list[dict]:
     return [{"policy": policy, "seed": seed, "trace": i, "avg_jct": float(j), "lower_bound": float(b),
              "ratio_to_bound": float(j / b)} for i, (j, b) in enumerate(zip(jct, bound))]
-
-
-@dataclass(frozen=True)
-class SlotLatency:
-    seconds: float  # median time to make one slot's decisions
-    decisions: float  # mean decisions per slot
-
-
-def slot_latency(policy: DL2Policy, scenario: Scenario, num_jobs: int | None = None, repeats: int = 20,
-                 seed: int = 0) -> SlotLatency:
-    """Time for `DL2Scheduler` to make one whole slot's decisions with `num_jobs` (default: the window) jobs
-    waiting, as a live scheduler would: one decision at a time, each placed before the next."""
-    num_jobs = num_jobs or policy.config.window
-    rng = np.random.default_rng(seed)
-    names = scenario.catalog.names
-    trace = Trace(job_id=np.arange(1, num_jobs + 1), arrival=np.zeros(num_jobs, dtype=np.int64),
-                  model=rng.integers(0, len(names), num_jobs), num_epochs=rng.uniform(100, 3000, num_jobs),
-                  model_names=tuple(names))
-    observation = SimulatedCluster(trace, scenario).observe()
-    scheduler = DL2Scheduler(policy, greedy=False, seed=seed)
-    times, decisions = [], []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        scheduler.schedule(observation)
-        times.append(time.perf_counter() - start)
-        decisions.append(scheduler.decisions)
-    return SlotLatency(float(np.median(times)), float(np.mean(decisions)))

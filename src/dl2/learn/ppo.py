@@ -1,22 +1,28 @@
-"""Per-decision credit for DL2's action space: a rollout buffer, GAE over decisions, a clipped update.
+"""dl2's own learner (`algorithm: ppo`): per-decision credit for DL2's action space, learned on-policy.
 
 DL2 makes many decisions per slot, and the paper pays every one of them the slot's reward. Here each
 decision is a step of its own: a decision inside a slot earns nothing (or, with potential shaping, the
 change in what the slot would pay if it ended now), the decision that ends the slot earns the slot's
-reward, and discounting applies between slots only. Generalized advantage estimation then credits each
-decision with its own effect. Potential-based shaping (Ng, Harada & Russell, ICML 1999) leaves the
-optimal policy unchanged whichever speed model supplies the potential.
+reward, and discounting applies between slots only (`critic: slot`: none, as in the authors' code).
+Generalized advantage estimation then credits each decision with its own effect, and a clipped surrogate
+learns from each rollout (`rollout_length` decisions in every environment, then `ppo_epochs` passes).
+Potential-based shaping (Ng, Harada & Russell, ICML 1999) leaves the optimal policy unchanged whichever
+speed model supplies the potential.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 from torch import nn
 
 from dl2.learn.nets import masked_log_probs
+from dl2.learn.trainer import Trainer
+from dl2.sim.scenario import Scenario
+from dl2.sim.state import NUM_FEATURES
 
 
 @dataclass
@@ -33,7 +39,7 @@ class Rollout:
     dones: np.ndarray  # bool (steps, n): the episode ended here
 
     @classmethod
-    def empty(cls, steps: int, n: int, window: int, features: int) -> "Rollout":
+    def empty(cls, steps: int, n: int, window: int, features: int) -> Rollout:
         return cls(np.zeros((steps, n, window, features), np.float32), np.zeros((steps, n, 3 * window + 1), np.bool_),
                    np.zeros((steps, n), np.int64), np.zeros((steps, n), np.float32),
                    np.zeros((steps + 1, n), np.float32), np.zeros((steps, n), np.float32),
@@ -93,3 +99,87 @@ def clipped_update(policy_net: nn.Module, value_net: nn.Module | None, optimizer
             sums += (float(policy_loss.detach()), float(value_loss.detach()), float(entropy.detach()))
             count += 1
     return UpdateStats(*(float(x) for x in sums / max(count, 1)))
+
+
+class PPOTrainer(Trainer):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        c = self.config
+        self.joint_opt = torch.optim.Adam([*self.policy.net.parameters(), *self.value.parameters()], lr=c.lr)
+        self.optimizers = [self.joint_opt]
+        self.potential_table = _potential_table(c.shaping, self.scenario)
+        self.slot_rewards: deque[float] = deque(maxlen=200)  # the latest slots' (unshaped) rewards
+        # Before the learners were split, one trainer drew the actor-critic's exploration ratios for every
+        # run; PPO draws them too, so that a seed's random stream, and so its published results, stay the same.
+        self.rng.integers(3, 8, len(self.envs))
+
+    def step(self) -> bool:
+        """One rollout, one update."""
+        self._update(self._collect())
+        return True
+
+    def _collect(self) -> Rollout:
+        """`rollout_length` decisions in every environment under the current policy."""
+        c, n = self.config, len(self.envs)
+        slot_discount = 0.0 if c.critic == "slot" else c.gamma
+        out = Rollout.empty(c.rollout_length, n, self.policy.config.window, NUM_FEATURES)
+        for t in range(c.rollout_length):
+            states = np.stack([e.state for e in self.envs])
+            masks = np.stack([e.mask for e in self.envs])
+            log_probs, values = self._evaluate(states, masks)
+            actions = self._sample(np.exp(log_probs.astype(np.float64)))
+            out.states[t], out.masks[t], out.actions[t], out.values[t] = states, masks, actions, values
+            out.log_probs[t] = log_probs[np.arange(n), actions]
+            for k, env in enumerate(self.envs):
+                before = env.potential(self.potential_table) if self.potential_table is not None else 0.0
+                _, reward, terminated, truncated, info = env.step(int(actions[k]))
+                self.decisions += 1
+                discount = slot_discount if info["slot_end"] else 1.0
+                ended = terminated or truncated
+                after = env.potential(self.potential_table) if self.potential_table is not None and not ended else 0.0
+                out.rewards[t, k], out.discounts[t, k], out.dones[t, k] = reward + discount * after - before, discount, ended
+                if info["slot_end"]:
+                    self.slots_done += 1
+                    self.slot_rewards.append(reward)
+                if terminated:
+                    self.episode_jcts.append(float(np.mean(info["jct"])))
+                if ended:
+                    env.reset()
+        states = np.stack([e.state for e in self.envs])
+        out.values[-1] = self._evaluate(states, np.stack([e.mask for e in self.envs]))[1]
+        return out
+
+    def _update(self, rollout: Rollout) -> None:
+        c = self.config
+        adv = advantages(rollout, c.gae_lambda)
+        returns = adv + rollout.values[:-1]
+        flat = rollout.states.reshape(-1, *rollout.states.shape[2:])
+        stats = clipped_update(
+            self.policy.net, self.value if c.critic != "off" else None, self.joint_opt, self.policy.inputs(flat),
+            torch.from_numpy(rollout.masks.reshape(len(flat), -1)), torch.from_numpy(rollout.actions.reshape(-1)),
+            torch.from_numpy(rollout.log_probs.reshape(-1)), torch.from_numpy(adv.reshape(-1)),
+            torch.from_numpy(returns.reshape(-1)), c.ppo_epochs, c.batch_size, c.clip, c.entropy, self.rng)
+        if c.critic == "off":
+            self.baseline = 0.9 * self.baseline + 0.1 * float(returns.mean())
+        self.updates += 1
+        self.last_update = {"policy_loss": stats.policy_loss, "value_loss": stats.value_loss, "entropy": stats.entropy,
+                            "mean_reward": float(np.mean(self.slot_rewards)) if self.slot_rewards else float("nan")}
+
+    @torch.no_grad()
+    def _evaluate(self, states: np.ndarray, masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Masked log-probabilities and value estimates (the moving baseline without a critic)."""
+        self.policy.net.eval()
+        self.value.eval()
+        x = self.policy.inputs(states)
+        log_probs = masked_log_probs(self.policy.net(x), torch.from_numpy(masks)).numpy()
+        values = self.value(x).squeeze(-1).numpy() if self.config.critic != "off" else np.full(len(x), self.baseline, np.float32)
+        return log_probs, values
+
+
+def _potential_table(shaping: str, scenario: Scenario) -> np.ndarray | None:
+    """Epochs per slot of the speed model that shapes rewards, or None without shaping."""
+    if shaping == "off":
+        return None
+    if shaping == "env":
+        return scenario.table
+    return Scenario(scenario.preset, replace(scenario.options, speed_model="analytical")).table

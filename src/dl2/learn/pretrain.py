@@ -3,50 +3,48 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
 import torch
 from torch import nn
 
-from dl2.errors import Dl2Error
+from dl2.config import Checked, bounded, choice
 from dl2.learn.agent import DL2Policy, masks_from_states
 from dl2.learn.nets import NetConfig, masked_log_probs
 from dl2.learn.rollout import run_policy
-from dl2.sim.run import simulate
+from dl2.schedulers.builtin import BUILTIN_POLICIES, simulate_builtin
 from dl2.sim.scenario import Scenario
 from dl2.workload.traces import Trace
 
 
 @dataclass(frozen=True)
-class PretrainConfig:
-    teacher: str = "drf"
-    epochs: int = 10
-    batch_size: int = 256
-    lr: float = 0.005
-    seed: int = 0
-    eval_every: int = 1  # epochs between validation-JCT measurements
-    label_smoothing: float = 0.0  # weight spread over the legal actions, so RL fine-tuning can still explore
+class PretrainConfig(Checked):
+    """The `pretrain` section."""
 
-    def __post_init__(self):
-        if not 0.0 <= self.label_smoothing < 1.0:
-            raise Dl2Error(f"label_smoothing: expected a number in [0, 1), got {self.label_smoothing!r}")
+    teacher: str = choice(*BUILTIN_POLICIES)
+    epochs: int = bounded(at_least=1)
+    batch_size: int = bounded(at_least=1)
+    lr: float = bounded(above=0)
+    seed: int = bounded(at_least=0)
+    eval_every: int = bounded(at_least=1)  # epochs between validation-JCT measurements
+    label_smoothing: float = bounded(at_least=0, below=1)  # weight spread over the legal actions, so RL can still explore
 
 
 def teacher_decisions(traces: Sequence[Trace], scenario: Scenario, teacher: str, window: int) -> tuple[np.ndarray, np.ndarray]:
     """The teacher's (raw state, action) pairs on every trace, concatenated."""
     states, actions = [], []
     for trace in traces:
-        d = simulate(trace, teacher, scenario, record_window=window).decisions
+        d = simulate_builtin(trace, teacher, scenario, record_window=window).decisions
         states.append(d.states)
         actions.append(d.actions)
     return np.concatenate(states), np.concatenate(actions)
 
 
 def pretrain(train: Sequence[Trace], validation: Sequence[Trace], scenario: Scenario, net: NetConfig,
-             config: PretrainConfig = PretrainConfig(),
+             config: PretrainConfig,
              on_epoch: Callable[[dict], None] | None = None) -> tuple[DL2Policy, pd.DataFrame]:
     """Train a policy by cross-entropy on the teacher's decisions; one history row per epoch.
 
@@ -57,7 +55,7 @@ def pretrain(train: Sequence[Trace], validation: Sequence[Trace], scenario: Scen
     policy = DL2Policy(net, scenario.preset.max_tasks, scenario.options.assign_bundle)
     x_train, y_train, m_train = _dataset(policy, train, scenario, config.teacher)
     x_val, y_val, m_val = _dataset(policy, validation, scenario, config.teacher)
-    teacher_jct = float(np.mean([simulate(t, config.teacher, scenario).jct.mean() for t in validation]))
+    teacher_jct = float(np.mean([simulate_builtin(t, config.teacher, scenario).jct.mean() for t in validation]))
     optimizer = torch.optim.Adam(policy.net.parameters(), lr=config.lr)
     loss_fn = nn.NLLLoss()
     generator = torch.Generator().manual_seed(config.seed)

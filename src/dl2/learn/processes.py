@@ -3,9 +3,10 @@ jobs, so a job's result is the one it would give alone)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 
 def run_jobs(fn: Callable[..., Any], jobs: Sequence[tuple], workers: int, in_order: bool = True) -> Iterator[tuple[int, Any]]:

@@ -1,4 +1,5 @@
-"""The scheduler protocol: an observation of one slot in, an allocation out.
+"""The scheduler protocol: an observation of one slot in, an allocation out; and the backend protocol that
+carries allocations out.
 
 A scheduler knows nothing of the slot loop. Every slot it gets an `Observation` (the uncompleted jobs,
 each starting the slot with no tasks, and an empty cluster) and returns an `Allocation` built with
@@ -118,3 +119,23 @@ class Scheduler(Protocol):
     name: str
 
     def schedule(self, obs: Observation) -> Allocation: ...
+
+
+class Backend(Protocol):
+    """Where allocations are carried out, a slot at a time: the simulator (`dl2.backends.sim`) or a
+    Kubernetes namespace (`dl2.k8s.backend`). Each slot: `observe()`, a scheduler fills the observation's
+    allocation, `apply(alloc)` runs the slot and returns its reward (epochs trained over the epochs each job
+    was told it needs, summed over jobs)."""
+
+    @property
+    def slot(self) -> int: ...
+
+    @property
+    def done(self) -> bool: ...
+
+    def observe(self) -> Observation: ...
+
+    def apply(self, alloc: Allocation) -> float: ...
+
+    def jct(self) -> dict[int, float]:
+        """JCT in slots of every completed job, by job id."""

@@ -40,14 +40,11 @@ def _load_class(spec: str) -> type:
 
 
 def get_scheduler(name: str) -> Scheduler:
-    """A built-in policy (fifo, srtf, drf, tetris, optimus), a saved DL2 model (`*.pt`), or a user class `module:Class`."""
+    """A built-in policy (fifo, srtf, drf, tetris, optimus) or a user class `module:Class` (`file.py:Class`);
+    saved DL2 models load through `dl2.backends.load_scheduler`."""
     key = name.lower()
     if key in BUILTIN_POLICIES:
         return BuiltinScheduler(key)
-    if key.endswith(".pt"):
-        from dl2.learn.agent import DL2Scheduler
-
-        return DL2Scheduler.load(name, name=Path(name).stem)
     if ":" in name:
         scheduler = _load_class(name)()
         if not callable(getattr(scheduler, "schedule", None)):

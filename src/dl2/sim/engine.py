@@ -1,8 +1,9 @@
-"""The slot loop (DESIGN §3): admit arrivals, free the cluster, allocate, train, complete.
+"""The steps of a slot (DESIGN §3): admit arrivals and free the cluster, optionally one bundle per job,
+then (after a scheduler allocated) train and complete.
 
-`admit_and_reset`, `assign_bundles` and `advance` are the steps; `run_builtin` chains them with a
-built-in policy entirely in compiled code. `dl2.sim.backend` chains the same steps around any Python
-scheduler, so both paths share one definition of the semantics.
+Every path through the simulator chains these same steps: the built-in heuristics' compiled loop
+(`dl2.schedulers.heuristics.run_to_completion`), the stepwise backend around any Python scheduler
+(`dl2.backends.sim`) and DL2's decision environment (`dl2.learn.env`), so all share one semantics.
 """
 
 from __future__ import annotations
@@ -11,8 +12,7 @@ import numpy as np
 from numba import njit
 
 from dl2.sim.placement import commit, demand, reset_cluster, task_log, try_least_loaded
-from dl2.sim.policies import run_policy
-from dl2.sim.state import BUNDLE, Cluster, Jobs, Recorder
+from dl2.sim.state import BUNDLE, Cluster, Jobs
 
 # Per-slot statistics, columns of the `stats` array.
 STAT_CPU_USED, STAT_GPU_USED, STAT_TASK_CHANGES, STAT_RUNNING, STAT_REWARD = 0, 1, 2, 3, 4
@@ -81,37 +81,3 @@ def slot_stats(jobs: Jobs, cl: Cluster, prev_workers: np.ndarray, prev_ps: np.nd
         prev_ps[i] = jobs.ps[i]
     out[STAT_TASK_CHANGES] = changes
     out[STAT_RUNNING] = running
-
-
-@njit(cache=True)
-def run_builtin(
-    policy: int,
-    jobs: Jobs,
-    cl: Cluster,
-    rec: Recorder,
-    table: np.ndarray,
-    true_table: np.ndarray,
-    max_tasks: int,
-    fine_grained: bool,
-    assign_bundle: bool,
-    stats: np.ndarray,
-) -> int:
-    """Simulate until every job completes; returns the number of slots, or -1 past `stats` rows. The policy
-    knows `table`; jobs train at `true_table`."""
-    n = jobs.model.shape[0]
-    prev_workers = np.zeros(n, dtype=np.int64)
-    prev_ps = np.zeros(n, dtype=np.int64)
-    done, next_job, slot = 0, 0, 0
-    while done < n:
-        if slot >= stats.shape[0]:
-            return -1
-        next_job = admit_and_reset(jobs, cl, slot, next_job)
-        if assign_bundle:
-            assign_bundles(jobs, cl)
-        run_policy(policy, jobs, cl, rec, slot, max_tasks, table)
-        slot_stats(jobs, cl, prev_workers, prev_ps, stats[slot])
-        completed, reward = advance(jobs, true_table, slot, fine_grained)
-        stats[slot, STAT_REWARD] = reward
-        done += completed
-        slot += 1
-    return slot

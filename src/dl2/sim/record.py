@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from dl2.sim.window import observe_window
 from dl2.sim.state import VOID, Cluster, Jobs, Recorder
+from dl2.sim.window import observe_window
 
 
 @njit(cache=True)

@@ -7,10 +7,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from dl2.config import Preset
 from dl2.errors import Dl2Error
 from dl2.sim.state import Jobs, make_jobs
 from dl2.workload.catalog import Catalog, load_catalog
+from dl2.workload.presets import Preset
 from dl2.workload.speed import AnalyticalSpeedModel, MeasuredSpeedModel, epochs_table
 from dl2.workload.traces import Trace
 

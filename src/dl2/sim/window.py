@@ -44,7 +44,8 @@ def observe_window(jobs: Jobs, cl: Cluster, slot: int, max_tasks: int, state: np
 
 @njit(cache=True)
 def action_mask(jobs: Jobs, window_jobs: np.ndarray, max_tasks: int, mask: np.ndarray) -> int:
-    """Legal actions: none for empty positions; no worker/PS/bundle past the maximum; void always. Returns the count of legal non-void actions."""
+    """Legal actions: none for empty positions; no worker/PS/bundle past the maximum; void always. Returns the
+    count of legal non-void actions."""
     legal = 0
     for pos in range(window_jobs.shape[0]):
         i = window_jobs[pos]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 import numpy as np
@@ -47,7 +47,7 @@ class Catalog:
             raise Dl2Error(f"unknown model {name!r} (known: {', '.join(self.names)})") from None
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_catalog(variant: str = "public_release") -> Catalog:
     """The catalog with the demands of `variant`."""
     c = workload_constants()

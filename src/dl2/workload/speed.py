@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import ast
 from collections import defaultdict
-from functools import lru_cache
+from collections.abc import Sequence
+from functools import cache
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -90,7 +91,7 @@ class MeasuredSpeedModel:
         return float(self.speed(model, num_ps, num_workers)) * self.slot_seconds / self.catalog.epoch_size[model]
 
 
-@lru_cache(maxsize=None)
+@cache
 def _measurements(table: str) -> dict[str, np.ndarray]:
     return read_measurements(SPEED_FILES[table])
 

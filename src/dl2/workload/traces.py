@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from dl2.config import Preset
 from dl2.errors import Dl2Error
 from dl2.paths import atomic_path
 from dl2.workload.catalog import Catalog, workload_constants
+from dl2.workload.presets import Preset
 
 COLUMNS = ("job_id", "arrival_slot", "model", "num_epochs")
 ARRIVAL_PATTERNS = ("ali", "google", "poisson", "uniform")

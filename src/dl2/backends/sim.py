@@ -1,19 +1,36 @@
-"""The simulator as a backend: observe a slot, apply any scheduler's allocation, advance.
+"""The simulator as a backend (`dl2.schedulers.base.Backend`): observe a slot, apply any scheduler's
+allocation, advance; and `simulate`, one trace to completion under any scheduler.
 
-This is the path for schedulers written in Python; it runs the same compiled steps as the built-in
-fast path (`dl2.sim.engine`), so both give the same results.
+This is the path for schedulers written in Python; it runs the same compiled slot steps as the built-in
+heuristics' compiled loop (`dl2.sim.engine`), so both give the same results, and `simulate` takes the
+compiled loop for a built-in heuristic.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from dl2.backends import load_scheduler
 from dl2.errors import Dl2Error
-from dl2.schedulers.base import Allocation, Observation
+from dl2.schedulers.base import Allocation, Observation, Scheduler
+from dl2.schedulers.builtin import BuiltinScheduler, simulate_builtin
 from dl2.sim import engine
+from dl2.sim.result import SimResult, sim_result
 from dl2.sim.scenario import Scenario
 from dl2.sim.state import Cluster, Jobs, make_cluster
 from dl2.workload.traces import Trace
+
+
+def simulate(trace: Trace, policy: str | Scheduler, scenario: Scenario) -> SimResult:
+    """Run `trace` to completion under `policy`: a scheduler, or a name `load_scheduler` knows. A built-in
+    heuristic runs compiled end to end; any other scheduler slot by slot on `SimulatedCluster`."""
+    scheduler = load_scheduler(policy) if isinstance(policy, str) else policy
+    if isinstance(scheduler, BuiltinScheduler):
+        return simulate_builtin(trace, scheduler.name, scenario)
+    backend = SimulatedCluster(trace, scenario)
+    while not backend.done:
+        backend.apply(scheduler.schedule(backend.observe()))
+    return sim_result(scheduler.name, trace, backend.jobs.end, backend.order, np.array(backend.stats), scenario)
 
 
 class SimulatedCluster:
@@ -65,8 +82,13 @@ class SimulatedCluster:
             _cluster=_remap_tasks(self.cluster, self._active),
         )
 
-    def apply(self, alloc: Allocation) -> None:
-        """Check the allocation, train for one slot, and move to the next."""
+    def jct(self) -> dict[int, float]:
+        """JCT in slots of every completed job, by job id."""
+        done = ~np.isnan(self.jobs.end)
+        return dict(zip(self.job_id[done].tolist(), (self.jobs.end - self.jobs.arrival + 1.0)[done].tolist()))
+
+    def apply(self, alloc: Allocation) -> float:
+        """Check the allocation, train for one slot, and move to the next; returns the slot's reward."""
         self._check(alloc)
         self.jobs.workers[self._active] = alloc.workers
         self.jobs.ps[self._active] = alloc.ps
@@ -78,6 +100,7 @@ class SimulatedCluster:
         self.stats.append(row)
         self.completed += completed
         self.slot += 1
+        return reward
 
     def _check(self, alloc: Allocation) -> None:
         n, p = len(self._active), self.scenario.preset

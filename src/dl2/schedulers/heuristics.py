@@ -2,7 +2,9 @@
 
 Each kernel sees the uncompleted jobs (all starting the slot with nothing) and an empty cluster, and
 places tasks until its rule says stop. Priority ties break by ascending job id. Every decision that
-takes effect is recorded, and the slot's end as void, when the recorder has room.
+takes effect is recorded, and the slot's end as void, when the recorder has room. `run_heuristic` runs
+one slot of a kernel by id; `run_to_completion` chains the simulator's slot steps around it, entirely in
+compiled code.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import numpy as np
 from numba import njit
 
 from dl2.sim import pqueue
+from dl2.sim.engine import STAT_REWARD, admit_and_reset, advance, assign_bundles, slot_stats
 from dl2.sim.placement import commit, demand, rebuild_queue, share_of, task_log, try_least_loaded, try_on_node
 from dl2.sim.record import record
 from dl2.sim.state import BUNDLE, PS, VOID, WORKER, Cluster, Jobs, Recorder
@@ -202,7 +205,7 @@ def tetris(jobs: Jobs, cl: Cluster, rec: Recorder, slot: int, max_tasks: int) ->
 
 
 @njit(cache=True)
-def run_policy(policy: int, jobs: Jobs, cl: Cluster, rec: Recorder, slot: int, max_tasks: int, table: np.ndarray) -> None:
+def run_heuristic(policy: int, jobs: Jobs, cl: Cluster, rec: Recorder, slot: int, max_tasks: int, table: np.ndarray) -> None:
     """Run the kernel of built-in policy `policy` (an id from POLICY_IDS) for one slot."""
     if policy == FIFO:
         fifo(jobs, cl, rec, slot, max_tasks)
@@ -214,3 +217,27 @@ def run_policy(policy: int, jobs: Jobs, cl: Cluster, rec: Recorder, slot: int, m
         tetris(jobs, cl, rec, slot, max_tasks)
     elif policy == OPTIMUS:
         optimus(jobs, cl, rec, slot, max_tasks, table)
+
+
+@njit(cache=True)
+def run_to_completion(policy: int, jobs: Jobs, cl: Cluster, rec: Recorder, table: np.ndarray, true_table: np.ndarray,
+                      max_tasks: int, fine_grained: bool, assign_bundle: bool, stats: np.ndarray) -> int:
+    """Simulate until every job completes under built-in policy `policy`; returns the number of slots, or -1
+    past `stats` rows. The policy knows `table`; jobs train at `true_table`."""
+    n = jobs.model.shape[0]
+    prev_workers = np.zeros(n, dtype=np.int64)
+    prev_ps = np.zeros(n, dtype=np.int64)
+    done, next_job, slot = 0, 0, 0
+    while done < n:
+        if slot >= stats.shape[0]:
+            return -1
+        next_job = admit_and_reset(jobs, cl, slot, next_job)
+        if assign_bundle:
+            assign_bundles(jobs, cl)
+        run_heuristic(policy, jobs, cl, rec, slot, max_tasks, table)
+        slot_stats(jobs, cl, prev_workers, prev_ps, stats[slot])
+        completed, reward = advance(jobs, true_table, slot, fine_grained)
+        stats[slot, STAT_REWARD] = reward
+        done += completed
+        slot += 1
+    return slot

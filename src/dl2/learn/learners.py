@@ -1,0 +1,20 @@
+"""The learners by name (`finetune.algorithm`, `trainer.ALGORITHMS`): each a `Trainer` subclass of its own module."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dl2.learn.actor_critic import ActorCriticTrainer
+from dl2.learn.agent import DL2Policy
+from dl2.learn.ppo import PPOTrainer
+from dl2.learn.trainer import RLConfig, Trainer
+from dl2.sim.scenario import Scenario
+from dl2.workload.traces import Trace
+
+LEARNERS: dict[str, type[Trainer]] = {"actor-critic": ActorCriticTrainer, "ppo": PPOTrainer}
+
+
+def make_trainer(policy: DL2Policy, train: Sequence[Trace], validation: Sequence[Trace], scenario: Scenario,
+                 config: RLConfig, **kwargs) -> Trainer:
+    """The learner `config.algorithm` names, for one run (`Trainer`'s keyword arguments pass through)."""
+    return LEARNERS[config.algorithm](policy, train, validation, scenario, config, **kwargs)
