@@ -1,14 +1,17 @@
 """The DL2 decision environment: legal masks, faithful replays of the heuristics, Gymnasium shape, determinism."""
 
+import functools
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
+import torch
 from conftest import tiny_preset
 
-from dl2.backends.sim import simulate
+from dl2.backends.sim import SimulatedCluster, simulate
 from dl2.learn.agent import masks_from_states
-from dl2.learn.env import DecisionEnv, VecEnv
+from dl2.learn.env import BackendEnv, DecisionEnv, VecEnv
 from dl2.schedulers.builtin import simulate_builtin
 from dl2.sim.scenario import Scenario, SimOptions
 from dl2.workload.presets import get_preset
@@ -305,3 +308,52 @@ def test_the_jobs_shares_of_a_slots_reward_add_up_to_it_and_follow_their_progres
             trained = (env.jobs.progress - progress) / env.jobs.epochs
             np.testing.assert_allclose(env.job_reward, trained, atol=1e-12)
         assert not (terminated or truncated)
+
+
+def _over_the_simulator(traces, scenario, window, seed=0):
+    """`BackendEnv` on the simulator backend: what `DecisionEnv` computes compiled, slot by slot in Python."""
+    return BackendEnv(traces, scenario, window, seed, open_backend=functools.partial(SimulatedCluster, scenario=scenario))
+
+
+@pytest.mark.parametrize("preset, assign_bundle", [("paper", True), ("paper", False), ("dev", True)])
+def test_the_compiled_environment_is_the_backend_environment_on_the_simulator(preset, assign_bundle):
+    scenario = Scenario(get_preset(preset), SimOptions(assign_bundle=assign_bundle, max_slots=2000))
+    trace = _traces(scenario, 1, seed=21)[0]
+    fast, generic = DecisionEnv([trace], scenario, window=12), _over_the_simulator([trace], scenario, 12)
+    (fs, fi), (gs, gi) = fast.reset(), generic.reset()
+    rng = np.random.default_rng(5)
+    for _ in range(100_000):
+        np.testing.assert_array_equal(fs, gs)
+        np.testing.assert_array_equal(fi["mask"], gi["mask"])
+        assert fi["slot"] == gi["slot"] and fast.potential(scenario.table) == generic.potential(scenario.table)
+        action = _random_legal(fi["mask"], rng) if rng.random() < 0.9 else 3 * fast.window  # now and then void
+        fs, fr, ft, ftr, fi = fast.step(action)
+        gs, gr, gt, gtr, gi = generic.step(action)
+        assert (ft, ftr, fi["slot_end"], fr) == (gt, gtr, gi["slot_end"], gr)
+        if ft:
+            np.testing.assert_array_equal(fi["jct"], gi["jct"])
+            break
+    else:
+        pytest.fail("the trace did not finish")
+
+
+def test_a_learner_trains_alike_on_either_environment():
+    """PPO with potential shaping, a few updates: every decision, reward and update the same on the compiled
+    environment and on the backend environment over the simulator."""
+    from conftest import PPO, rl_config
+
+    from dl2.learn.agent import DL2Policy
+    from dl2.learn.learners import make_trainer
+    from dl2.learn.nets import net_config
+
+    scenario = Scenario(tiny_preset(3, 3, 10), SimOptions(assign_bundle=True, max_slots=2000))
+    train, validation = _traces(scenario, 3, seed=4), _traces(scenario, 1, seed=5)
+    config = rl_config(**PPO, shaping="env", updates=3, num_envs=2, rollout_length=24, batch_size=16, validate_every=3)
+    histories = []
+    for make_env in (DecisionEnv, _over_the_simulator):
+        torch.manual_seed(0)
+        policy = DL2Policy(net_config("per-job", hidden=(16, 16), window=6), 3, assign_bundle=True)
+        trainer = make_trainer(policy, train, validation, scenario, config, make_env=make_env)
+        histories.append(trainer.train().drop(columns="seconds"))
+        assert all(isinstance(env, make_env if make_env is DecisionEnv else BackendEnv) for env in trainer.envs)
+    pd.testing.assert_frame_equal(*histories, check_exact=True)

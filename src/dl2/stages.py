@@ -1,4 +1,4 @@
-"""The pipeline's stages: what each reads of `params.yaml`, its typed configuration, and running its notebook.
+"""The pipeline's stages: what each reads of `params.yaml`, loading its configuration, and running its notebook.
 
 `dvc.yaml` is the one list of what each stage reads: DVC reruns a stage when one of its params changes,
 and `load_stage` hands the stage exactly those keys of the params file, so a stage that read anything else
@@ -13,8 +13,7 @@ notebook; the run ends FAILED if the notebook raised, and the executed notebook 
 from __future__ import annotations
 
 import copy
-import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,13 +21,12 @@ from typing import Any
 import papermill
 from mlflow.tracking import MlflowClient
 
-from dl2.config import Checked, bounded, choice, default_params_path, load_params, section, typed
+from dl2.config import default_params_path, load_params
 from dl2.errors import Dl2Error
 from dl2.notebooks import execute
 from dl2.paths import atomic_path, repo_root
+from dl2.stage_configs import BUILDERS
 from dl2.tracking import create_stage_run, open_run, tracking_uri
-from dl2.workload.presets import Preset, preset_named, presets_from
-from dl2.workload.traces import ARRIVAL_PATTERNS, LENGTH_PATTERNS
 
 
 @dataclass(frozen=True)
@@ -38,184 +36,12 @@ class Stage:
     name: str  # as dvc.yaml names it: "finetune", "ablate@learner", "reproduction-published"
     notebook: str  # notebooks/<notebook>.ipynb
     params: dict  # the keys of the params file that dvc.yaml declares for the stage (what MLflow logs)
-    config: Any  # the stage's typed configuration (one of the *Stage classes below)
+    config: Any  # the stage's typed configuration (one of `dl2.stage_configs`' *Stage classes)
 
     def open_run(self, run_id: str | None = None) -> Any:
         """Make the stage's MLflow run active: the pipeline's (`run_id`) or, run by hand in JupyterLab, a new
         one. Close it with `mlflow.end_run()` at the end of the notebook."""
         return open_run(run_id or create_stage_run(self.name, self.notebook, self.params))
-
-
-# --- what each stage reads, and its configuration --------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TracesParams(Checked):
-    """The `traces` section."""
-
-    presets: tuple[str, ...]
-    num_traces: int = bounded(at_least=1)
-    seed: int = bounded(at_least=0)
-    arrivals: str = choice(*ARRIVAL_PATTERNS)
-    lengths: str = choice(*LENGTH_PATTERNS)
-
-
-@dataclass(frozen=True)
-class TracesStage:
-    presets: tuple[Preset, ...]
-    traces: TracesParams
-
-
-@dataclass(frozen=True)
-class BaselinesParams(Checked):
-    """The `baselines` section."""
-
-    policies: tuple[str, ...]  # built-in heuristics or user classes module:Class
-    fine_grained_jct: bool
-
-
-@dataclass(frozen=True)
-class BaselinesStage:
-    presets: tuple[Preset, ...]
-    baselines: BaselinesParams
-
-
-@dataclass(frozen=True)
-class ReportParams(Checked):
-    """The `report` section."""
-
-    figure_dpi: int = bounded(at_least=20, at_most=600)
-
-
-@dataclass(frozen=True)
-class ReportStage:
-    presets: tuple[str, ...]
-    report: ReportParams
-
-
-@dataclass(frozen=True)
-class EvaluateParams(Checked):
-    """The `evaluate` section."""
-
-    heuristics: tuple[str, ...]
-
-
-def _traces_stage(params: dict, where: str, name: str) -> TracesStage:
-    presets = presets_from(params, where)
-    traces = typed(TracesParams, section(params, "traces", where), where, "traces")
-    return TracesStage(tuple(preset_named(p, presets, f"{where}: traces.presets") for p in traces.presets), traces)
-
-
-def _baselines_stage(params: dict, where: str, name: str) -> BaselinesStage:
-    from dl2.schedulers import policy_names
-
-    presets = presets_from(params, where)
-    baselines = typed(BaselinesParams, section(params, "baselines", where), where, "baselines")
-    for policy in baselines.policies:
-        if policy not in policy_names() and ":" not in policy:
-            raise Dl2Error(f"{where}: baselines.policies: unknown policy {policy!r} (known: {', '.join(policy_names())}, or module:Class)")
-    return BaselinesStage(tuple(preset_named(p, presets, f"{where}: traces.presets") for p in _preset_names(params, where)),
-                          baselines)
-
-
-def _report_stage(params: dict, where: str, name: str) -> ReportStage:
-    return ReportStage(_preset_names(params, where), typed(ReportParams, section(params, "report", where), where, "report"))
-
-
-def _preset_names(params: dict, where: str) -> tuple[str, ...]:
-    """`traces.presets`, the presets whose traces a stage reads."""
-    names = section(params, "traces", where).get("presets")
-    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
-        raise Dl2Error(f"{where}: traces.presets: expected a list of preset names, got {names!r}")
-    return tuple(names)
-
-
-@dataclass(frozen=True)
-class PretrainStage:
-    learn: Any  # LearnSettings
-    pretrain: Any  # PretrainConfig
-
-
-@dataclass(frozen=True)
-class FinetuneStage:
-    learn: Any  # LearnSettings
-    finetune: Any  # FinetunePlan
-
-
-@dataclass(frozen=True)
-class EvaluateStage:
-    learn: Any  # LearnSettings
-    runs: Any  # RunSeeds: the fine-tuned models to evaluate
-    evaluate: EvaluateParams
-
-
-@dataclass(frozen=True)
-class AblateStage:
-    group: str
-    plans: tuple  # AblationPlan per axis of the group
-    workers: int  # cells trained at once
-
-
-@dataclass(frozen=True)
-class ReproductionStage:
-    report: ReportParams
-    published: bool  # on the committed full-scale results (data/published) instead of this run's outputs
-    ablation_scale: str | None  # the scale of this run's ablations (None on the published results)
-
-
-def _learn(params: dict, where: str) -> Any:
-    from dl2.learn.settings import learn_settings
-
-    return learn_settings(section(params, "learn", where), presets_from(params, where), where)
-
-
-def _pretrain_stage(params: dict, where: str, name: str) -> PretrainStage:
-    from dl2.learn.settings import pretrain_config
-
-    return PretrainStage(_learn(params, where), pretrain_config(section(params, "pretrain", where), where))
-
-
-def _finetune_stage(params: dict, where: str, name: str) -> FinetuneStage:
-    from dl2.learn.settings import finetune_plan
-
-    return FinetuneStage(_learn(params, where), finetune_plan(section(params, "finetune", where), where))
-
-
-def _evaluate_stage(params: dict, where: str, name: str) -> EvaluateStage:
-    from dl2.learn.settings import RunSeeds
-    from dl2.schedulers import BUILTIN_POLICIES
-
-    runs = typed(RunSeeds, section(params, "finetune", where), where, "finetune")
-    evaluate = typed(EvaluateParams, section(params, "evaluate", where), where, "evaluate")
-    for policy in evaluate.heuristics:
-        if policy not in BUILTIN_POLICIES:
-            raise Dl2Error(f"{where}: evaluate.heuristics: unknown heuristic {policy!r} (known: {', '.join(BUILTIN_POLICIES)})")
-    return EvaluateStage(_learn(params, where), runs, evaluate)
-
-
-def _ablate_stage(params: dict, where: str, name: str) -> AblateStage:
-    from dl2.learn.ablations.plan import ablation_settings, group_plans
-
-    group = name.split("@")[1]
-    ablations = ablation_settings(section(params, "ablations", where), where)
-    plans = group_plans(ablations, group, params, presets_from(params, where), where)
-    return AblateStage(group, tuple(plans), ablations.workers or os.cpu_count() or 1)
-
-
-def _reproduction_stage(params: dict, where: str, name: str) -> ReproductionStage:
-    report = typed(ReportParams, section(params, "report", where), where, "report")
-    if name.endswith("-published"):
-        return ReproductionStage(report, True, None)
-    scale = section(params, "ablations", where).get("scale")
-    if not isinstance(scale, str):
-        raise Dl2Error(f"{where}: ablations.scale: expected a scale name, got {scale!r}")
-    return ReproductionStage(report, False, scale)
-
-
-BUILDERS: dict[str, Callable[[dict, str, str], Any]] = {
-    "traces": _traces_stage, "baselines": _baselines_stage, "report": _report_stage, "pretrain": _pretrain_stage,
-    "finetune": _finetune_stage, "evaluate": _evaluate_stage, "ablate": _ablate_stage, "reproduction": _reproduction_stage,
-}
 
 
 # --- dvc.yaml ---------------------------------------------------------------------------------------

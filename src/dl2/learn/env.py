@@ -112,19 +112,38 @@ def slot_potential(jobs: Jobs, table: np.ndarray) -> float:
     return total
 
 
-def choose_trace(env: Any, seed: int | None, trace: Trace | None) -> Trace:
-    """The trace an environment's `reset` runs next: `trace` if given, else a random one of `env.traces`
-    (in turn without `env.shuffle`); a `seed` first reseeds `env.rng`."""
-    if seed is not None:
-        env.rng = np.random.default_rng(seed)
-    if trace is not None:
-        return trace
-    index = int(env.rng.integers(len(env.traces))) if env.shuffle else env._next_trace % len(env.traces)
-    env._next_trace += 1
-    return env.traces[index]
+class Episodes:
+    """What both environments share: traces run one after another (a random one each time, or in turn
+    without `shuffle`), the window's raw state and the legal actions."""
+
+    def __init__(self, traces: Sequence[Trace], scenario: Scenario, window: int, seed: int, shuffle: bool):
+        if not traces:
+            raise ValueError(f"{type(self).__name__} needs at least one trace")
+        self.traces, self.scenario, self.window, self.shuffle = list(traces), scenario, window, shuffle
+        self.rng = np.random.default_rng(seed)
+        self.max_tasks = scenario.preset.max_tasks
+        self.state = np.zeros((window, NUM_FEATURES), dtype=np.float32)
+        self.window_jobs = np.full(window, -1, dtype=np.int64)
+        self.mask = np.zeros(3 * window + 1, dtype=np.bool_)
+        self._next_trace = 0
+        self.trace: Trace | None = None
+
+    @property
+    def num_actions(self) -> int:
+        return 3 * self.window + 1
+
+    def _choose_trace(self, seed: int | None, trace: Trace | None) -> Trace:
+        """The trace `reset` runs next: `trace` if given, else the next of `traces`; a `seed` first reseeds `rng`."""
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        if trace is not None:
+            return trace
+        index = int(self.rng.integers(len(self.traces))) if self.shuffle else self._next_trace % len(self.traces)
+        self._next_trace += 1
+        return self.traces[index]
 
 
-class DecisionEnv:
+class DecisionEnv(Episodes):
     """One simulated cluster running traces one after another (Gymnasium-style API).
 
     `reset()` -> (state, info); `step(action)` -> (state, reward, terminated, truncated, info).
@@ -135,26 +154,12 @@ class DecisionEnv:
 
     def __init__(self, traces: Sequence[Trace], scenario: Scenario, window: int = 20, seed: int = 0,
                  shuffle: bool = True):
-        if not traces:
-            raise ValueError("DecisionEnv needs at least one trace")
-        self.traces, self.scenario, self.window = list(traces), scenario, window
-        self.rng = np.random.default_rng(seed)
-        self.shuffle = shuffle
+        super().__init__(traces, scenario, window, seed, shuffle)
         self.table = scenario.true_table  # what jobs train at (the policy needs no speed model)
         p, o = scenario.preset, scenario.options
-        self.max_tasks, self.fine_grained = p.max_tasks, o.fine_grained_jct
-        self.assign_bundle, self.max_slots = o.assign_bundle, o.max_slots
+        self.fine_grained, self.assign_bundle, self.max_slots = o.fine_grained_jct, o.assign_bundle, o.max_slots
         self.cluster = make_cluster(p.num_nodes, p.node_cpu, p.node_gpu)
-        self.state = np.zeros((window, NUM_FEATURES), dtype=np.float32)
-        self.window_jobs = np.full(window, -1, dtype=np.int64)
-        self.mask = np.zeros(3 * window + 1, dtype=np.bool_)
         self.ctl = np.zeros(3, dtype=np.int64)
-        self._next_trace = 0
-        self.trace: Trace | None = None
-
-    @property
-    def num_actions(self) -> int:
-        return 3 * self.window + 1
 
     @property
     def slot(self) -> int:
@@ -167,7 +172,7 @@ class DecisionEnv:
         self.job_reward = np.zeros(len(trace))
 
     def reset(self, seed: int | None = None, trace: Trace | None = None) -> tuple[np.ndarray, dict[str, Any]]:
-        self.load(choose_trace(self, seed, trace))
+        self.load(self._choose_trace(seed, trace))
         status = env_reset(self.jobs, self.cluster, self.table, self.ctl, self.max_tasks, self.fine_grained,
                            self.assign_bundle, self.max_slots, self.state, self.window_jobs, self.mask)
         if status != CONTINUE:
@@ -194,7 +199,7 @@ class DecisionEnv:
         return end - self.trace.arrival + 1.0
 
 
-class BackendEnv:
+class BackendEnv(Episodes):
     """One backend running traces one after another (Gymnasium-style API, as `DecisionEnv`).
 
     `open_backend(trace)` starts a trace and returns its backend. Within a slot the policy's decisions are
@@ -204,21 +209,8 @@ class BackendEnv:
 
     def __init__(self, traces: Sequence[Trace], scenario: Scenario, window: int = 20, seed: int = 0,
                  shuffle: bool = True, *, open_backend: Callable[[Trace], Backend]):
-        if not traces:
-            raise ValueError("BackendEnv needs at least one trace")
-        self.traces, self.scenario, self.window, self.shuffle = list(traces), scenario, window, shuffle
+        super().__init__(traces, scenario, window, seed, shuffle)
         self.open_backend = open_backend
-        self.rng = np.random.default_rng(seed)
-        self.max_tasks = scenario.preset.max_tasks
-        self.state = np.zeros((window, NUM_FEATURES), dtype=np.float32)
-        self.window_jobs = np.full(window, -1, dtype=np.int64)
-        self.mask = np.zeros(3 * window + 1, dtype=np.bool_)
-        self._next_trace = 0
-        self.trace: Trace | None = None
-
-    @property
-    def num_actions(self) -> int:
-        return 3 * self.window + 1
 
     @property
     def slot(self) -> int:
@@ -226,7 +218,7 @@ class BackendEnv:
 
     def reset(self, seed: int | None = None, trace: Trace | None = None) -> tuple[np.ndarray, dict[str, Any]]:
         """Start the next trace on its backend and run to the first decision."""
-        self.trace = choose_trace(self, seed, trace)
+        self.trace = self._choose_trace(seed, trace)
         self.backend = self.open_backend(self.trace)
         if self._next_decision() != CONTINUE:
             raise RuntimeError("trace has no decision to make")

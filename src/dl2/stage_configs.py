@@ -1,0 +1,191 @@
+"""Each pipeline stage's typed configuration, built from the keys of `params.yaml` that `dvc.yaml` declares
+for it (`dl2.stages.load_stage` hands them over; a builder that reached for another key would find it
+missing). One builder per notebook; errors name the file and the key."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from dl2.config import Checked, bounded, choice, section, typed
+from dl2.errors import Dl2Error
+from dl2.schedulers.builtin import BUILTIN_POLICIES
+from dl2.schedulers.registry import policy_names
+from dl2.workload.presets import Preset, preset_named, presets_from
+from dl2.workload.traces import ARRIVAL_PATTERNS, LENGTH_PATTERNS
+
+if TYPE_CHECKING:  # the learning settings import torch: the builders that need them import them when called
+    from dl2.learn.ablations.plan import AblationPlan
+    from dl2.learn.pretrain import PretrainConfig
+    from dl2.learn.settings import FinetunePlan, LearnSettings, RunSeeds
+
+
+@dataclass(frozen=True)
+class TracesParams(Checked):
+    """The `traces` section."""
+
+    presets: tuple[str, ...]
+    num_traces: int = bounded(at_least=1)
+    seed: int = bounded(at_least=0)
+    arrivals: str = choice(*ARRIVAL_PATTERNS)
+    lengths: str = choice(*LENGTH_PATTERNS)
+
+
+@dataclass(frozen=True)
+class BaselinesParams(Checked):
+    """The `baselines` section."""
+
+    policies: tuple[str, ...]  # built-in heuristics or user classes module:Class
+    fine_grained_jct: bool
+
+    def __post_init__(self):
+        super().__post_init__()
+        for policy in self.policies:
+            if policy not in policy_names() and ":" not in policy:
+                raise Dl2Error(f"policies: unknown policy {policy!r} (known: {', '.join(policy_names())}, or module:Class)")
+
+
+@dataclass(frozen=True)
+class ReportParams(Checked):
+    """The `report` section."""
+
+    figure_dpi: int = bounded(at_least=20, at_most=600)
+
+
+@dataclass(frozen=True)
+class EvaluateParams(Checked):
+    """The `evaluate` section."""
+
+    heuristics: tuple[str, ...] = choice(*BUILTIN_POLICIES)
+
+
+@dataclass(frozen=True)
+class TracesStage:
+    presets: tuple[Preset, ...]
+    traces: TracesParams
+
+
+@dataclass(frozen=True)
+class BaselinesStage:
+    presets: tuple[Preset, ...]
+    baselines: BaselinesParams
+
+
+@dataclass(frozen=True)
+class ReportStage:
+    presets: tuple[str, ...]
+    report: ReportParams
+
+
+@dataclass(frozen=True)
+class PretrainStage:
+    learn: LearnSettings
+    pretrain: PretrainConfig
+
+
+@dataclass(frozen=True)
+class FinetuneStage:
+    learn: LearnSettings
+    finetune: FinetunePlan
+
+
+@dataclass(frozen=True)
+class EvaluateStage:
+    learn: LearnSettings
+    runs: RunSeeds  # the fine-tuned models to evaluate
+    evaluate: EvaluateParams
+
+
+@dataclass(frozen=True)
+class AblateStage:
+    group: str
+    plans: tuple[AblationPlan, ...]  # one per axis of the group
+    workers: int  # cells trained at once
+
+
+@dataclass(frozen=True)
+class ReproductionStage:
+    report: ReportParams
+    published: bool  # on the committed full-scale results (data/published) instead of this run's outputs
+    ablation_scale: str | None  # the scale of this run's ablations (None on the published results)
+
+
+def _traces(params: dict, where: str, name: str) -> TracesStage:
+    traces = typed(TracesParams, section(params, "traces", where), where, "traces")
+    return TracesStage(_presets(params, traces.presets, where), traces)
+
+
+def _baselines(params: dict, where: str, name: str) -> BaselinesStage:
+    baselines = typed(BaselinesParams, section(params, "baselines", where), where, "baselines")
+    return BaselinesStage(_presets(params, _preset_names(params, where), where), baselines)
+
+
+def _report(params: dict, where: str, name: str) -> ReportStage:
+    return ReportStage(_preset_names(params, where), typed(ReportParams, section(params, "report", where), where, "report"))
+
+
+def _preset_names(params: dict, where: str) -> tuple[str, ...]:
+    """`traces.presets`, the presets whose traces a stage reads."""
+    names = section(params, "traces", where).get("presets")
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise Dl2Error(f"{where}: traces.presets: expected a list of preset names, got {names!r}")
+    return tuple(names)
+
+
+def _presets(params: dict, names: tuple[str, ...], where: str) -> tuple[Preset, ...]:
+    """The presets `names` (`traces.presets`), checked like every preset of the `presets` section."""
+    presets = presets_from(params, where)
+    return tuple(preset_named(name, presets, f"{where}: traces.presets") for name in names)
+
+
+def _learn(params: dict, where: str) -> LearnSettings:
+    from dl2.learn.settings import learn_settings
+
+    return learn_settings(section(params, "learn", where), presets_from(params, where), where)
+
+
+def _pretrain(params: dict, where: str, name: str) -> PretrainStage:
+    from dl2.learn.settings import pretrain_config
+
+    return PretrainStage(_learn(params, where), pretrain_config(section(params, "pretrain", where), where))
+
+
+def _finetune(params: dict, where: str, name: str) -> FinetuneStage:
+    from dl2.learn.settings import finetune_plan
+
+    return FinetuneStage(_learn(params, where), finetune_plan(section(params, "finetune", where), where))
+
+
+def _evaluate(params: dict, where: str, name: str) -> EvaluateStage:
+    from dl2.learn.settings import RunSeeds
+
+    runs = typed(RunSeeds, section(params, "finetune", where), where, "finetune")
+    evaluate = typed(EvaluateParams, section(params, "evaluate", where), where, "evaluate")
+    return EvaluateStage(_learn(params, where), runs, evaluate)
+
+
+def _ablate(params: dict, where: str, name: str) -> AblateStage:
+    from dl2.learn.ablations.plan import ablation_settings, group_plans
+
+    group = name.split("@")[1]
+    ablations = ablation_settings(section(params, "ablations", where), where)
+    plans = group_plans(ablations, group, params, presets_from(params, where), where)
+    return AblateStage(group, tuple(plans), ablations.workers or os.cpu_count() or 1)
+
+
+def _reproduction(params: dict, where: str, name: str) -> ReproductionStage:
+    report = typed(ReportParams, section(params, "report", where), where, "report")
+    if name.endswith("-published"):
+        return ReproductionStage(report, True, None)
+    scale = section(params, "ablations", where).get("scale")
+    if not isinstance(scale, str):
+        raise Dl2Error(f"{where}: ablations.scale: expected a scale name, got {scale!r}")
+    return ReproductionStage(report, False, scale)
+
+
+BUILDERS: dict[str, Callable[[dict, str, str], Any]] = {  # notebook -> builder(params, file, stage name)
+    "traces": _traces, "baselines": _baselines, "report": _report, "pretrain": _pretrain,
+    "finetune": _finetune, "evaluate": _evaluate, "ablate": _ablate, "reproduction": _reproduction,
+}
