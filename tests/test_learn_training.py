@@ -563,6 +563,11 @@ def test_finetune_run_resumes_only_its_own_checkpoint(tmp_path):
     other = replace(rl, updates=6)
     _, history_other = workflow.finetune_run("sl-rl", settings, other, pretrained, checkpoint)
     assert list(history_other["update"]) == [2, 4, 6]
+    # nor does a run resume from a file it cannot read (another version's checkpoint, say): it trains anew
+    checkpoint.write_bytes(b"a checkpoint of another dl2")
+    with pytest.warns(UserWarning, match="run.ckpt: not a dl2 training checkpoint .*; training anew"):
+        anew, history_anew = workflow.finetune_run("sl-rl", settings, rl, pretrained, checkpoint)
+    pd.testing.assert_frame_equal(history_anew.drop(columns="seconds"), history.drop(columns="seconds"))
 
 
 def test_selection_traces_are_neither_training_nor_validation_traces():

@@ -105,3 +105,12 @@ def test_the_dvc_file_is_read_from_the_project(monkeypatch, tmp_path):
     with pytest.raises(Dl2Error, match="unknown stage 'baselines' \\(known: traces\\)"):
         declared_params("baselines")
     assert Path(repo_root()) == tmp_path
+
+
+def test_every_finetune_backend_has_its_environments(tmp_path):
+    from dl2.backends import training_environments
+    from dl2.learn.settings import BACKENDS
+
+    for backend in BACKENDS:
+        environments = training_environments(backend, kubeconfig=tmp_path / "kubeconfig")  # connects only when used
+        assert callable(environments("sl-rl"))

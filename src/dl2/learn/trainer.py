@@ -194,7 +194,7 @@ class Trainer:
             with open(path, "rb") as f:
                 trainer = pickle.load(f)
         except (EOFError, OSError, pickle.UnpicklingError, AttributeError, ImportError) as exc:
-            raise Dl2Error(f"{path}: not a dl2 training checkpoint of this version ({exc}); delete it to train anew") from None
+            raise Dl2Error(f"{path}: not a dl2 training checkpoint of this version ({exc})") from None
         if not isinstance(trainer, Trainer):
             raise Dl2Error(f"{path}: not a dl2 training checkpoint")
         return trainer

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -16,6 +17,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from dl2.errors import Dl2Error
 from dl2.learn.agent import DL2Policy
 from dl2.learn.env import DecisionEnv
 from dl2.learn.learners import make_trainer
@@ -77,7 +79,7 @@ def simulator_environments(run: str) -> EnvFactory:
 def finetune_run(name: str, settings: LearnSettings, rl: RLConfig, pretrained: DL2Policy | None, checkpoint: Path,
                  make_env: EnvFactory = DecisionEnv, backend: str = "sim",
                  on_row: Callable[[dict], None] | None = None) -> tuple[DL2Policy, pd.DataFrame]:
-    """One RL run of `RUNS`, resuming from `checkpoint` when it holds this very run; training in the
+    """One RL run of `RUNS`, resuming from `checkpoint` when it holds this very run (else starting over); training in the
     environments `make_env` builds (`backend` names them: a checkpoint of another backend is not resumed),
     validation on the simulator with measured speeds. Returns the chosen policy (`RLConfig.select_traces`)
     and the validation history, whose `chosen` column marks the update it comes from. `pretrained` may be
@@ -89,8 +91,11 @@ def finetune_run(name: str, settings: LearnSettings, rl: RLConfig, pretrained: D
     tag = repr((name, settings, rl, backend, _weights_digest(pretrained) if from_pretrained else None))
     trainer = None
     if checkpoint.is_file():
-        trainer = Trainer.load(checkpoint)
-        if trainer.tag != tag:
+        try:
+            trainer = Trainer.load(checkpoint)
+        except Dl2Error as exc:  # written by another version of dl2: the run starts over, as for another run's
+            warnings.warn(f"{exc}; training anew", stacklevel=2)
+        if trainer is not None and trainer.tag != tag:
             trainer = None
     if trainer is None:
         torch.manual_seed(rl.seed)
