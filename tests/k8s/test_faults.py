@@ -25,7 +25,8 @@ from .support import PRESET, assert_simulator_jcts, params_file, scenario, space
 
 def _scheduler_process(testbed, ns, params, *extra):
     cmd = [sys.executable, "-m", "dl2.cli", "k8s-scheduler", "run", f"--kubeconfig={testbed.kubeconfig}", f"--namespace={ns}",
-           f"--pool={ns}", "--policy=drf", f"--preset={PRESET.name}", f"--params={params}", "--slot-seconds=0", *extra]
+           f"--pool={ns}", "--policy=drf", f"--preset={PRESET.name}", f"--params={params}", "--slot-seconds=0",
+           "--lease-seconds=2", *extra]  # a killed scheduler's lease expires soon: the restarted one waits 2 s
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

@@ -143,6 +143,15 @@ class KubeCluster:
         nodes = [n for n in self.kube.items("/api/v1/nodes", labelSelector=f"{POOL_LABEL}={self.pool}") if is_ready(n)]
         return sorted(nodes, key=lambda n: (int(n["metadata"]["labels"].get(NODE_INDEX_LABEL, 1 << 30)), n["metadata"]["name"]))
 
+    def census(self) -> dict[str, int]:
+        """DL2Jobs by phase (waiting: not arrived or not admitted yet; running; done: succeeded or failed) and
+        the task pods bound to nodes."""
+        phases = [j.get("status", {}).get("phase") for j in self.jobs()]
+        bound = [p for p in self.kube.items(pods_path(self.namespace), labelSelector=JOB_LABEL) if p["spec"].get("nodeName")]
+        done = sum(phase in dl2jobs.TERMINAL for phase in phases)
+        running = phases.count("Running")
+        return {"waiting": len(phases) - done - running, "running": running, "done": done, "tasks": len(bound)}
+
     def jct(self) -> dict[int, float]:
         """JCT in slots of every succeeded job, by job id."""
         return {int(j["status"]["jobId"]): float(j["status"]["jct"]) for j in self.jobs()

@@ -100,17 +100,18 @@ def cmd_scheduler_run(args: argparse.Namespace) -> None:
     from dl2.k8s.backend import KubeCluster
     from dl2.k8s.client import Kube
     from dl2.k8s.jobs import job_name
+    from dl2.k8s.lease import Lease
     from dl2.k8s.loop import run
-    from dl2.k8s.resources import ensure_namespace
 
     scheduler = load_scheduler(args.policy)
     kube = Kube.from_kubeconfig(_kubeconfig(args))
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # SystemExit: the lease is released on the way out
     try:
-        ensure_namespace(kube, args.namespace)
         backend = KubeCluster(kube, _scenario(args), args.namespace, args.pool)
-        slots = run(backend, scheduler, args.slot_seconds, args.max_slots, args.until_done,
-                    log=lambda m: print(m, file=sys.stderr, flush=True))
+        lease = Lease(kube, args.namespace, duration=args.lease_seconds) if args.lease_seconds > 0 else None
+        say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+        slots = run(backend, scheduler, args.slot_seconds, args.max_slots, args.until_done, log=say,
+                    progress=None if args.quiet else say, lease=lease)
         jct = {job_name(job): value for job, value in sorted(backend.jct().items())}  # as kubectl names the DL2Jobs
         print(json.dumps({"slots": slots, "slot": backend.slot, "jct": jct}, indent=2))
     finally:
@@ -161,6 +162,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     runp.add_argument("--slot-seconds", type=float, default=1.0, help="wall-clock seconds per slot (default 1; the model's slot is 1200 s)")
     runp.add_argument("--max-slots", type=int, default=None)
     runp.add_argument("--until-done", action="store_true", help="stop once every DL2Job has succeeded or failed")
+    runp.add_argument("--lease-seconds", type=float, default=15.0,
+                      help="act only while holding the namespace's Lease, renewed within this many seconds; 0: no lease "
+                           "(default 15: of several schedulers of a namespace, one acts)")
+    runp.add_argument("--quiet", action="store_true", help="no line per slot on stderr")
     runp.set_defaults(func=cmd_scheduler_run)
     task = ks.add_parser("task", help="a task pod's process (holds its place; progress is emulated)")
     task.add_argument("--job", required=True)

@@ -13,7 +13,7 @@ from collections import Counter
 import numpy as np
 
 from dl2.k8s.client import ApiError, Kube
-from dl2.k8s.resources import JOB_LABEL, ROLE_LABEL, jobs_path, pods_path
+from dl2.k8s.resources import JOB_LABEL, ROLE_LABEL, jct_status, jobs_path, pods_path
 from dl2.sim import engine
 from dl2.sim.state import make_jobs
 
@@ -54,7 +54,7 @@ class ProgressEmulator:
                       "progressPercent": f"{100 * arr.progress[i] / arr.epochs[i]:.1f}%"}
             if not arr.active[i]:
                 end = float(arr.end[i])
-                status.update(phase="Succeeded", endSlot=end, jct=end - float(arr.arrival[i]) + 1.0)
+                status.update(phase="Succeeded", endSlot=end, **jct_status(end - float(arr.arrival[i]) + 1.0))
                 done.append(names[i])
             self._write(jobs[k], slot, status)
         return float(reward), done

@@ -2,7 +2,8 @@
 
 An API failure that outlasts the client's retries (or a conflict with another writer) does not end the
 loop: the slot is tried again after a backoff, which is safe because a slot's allocation is committed
-to the cluster before it is carried out and each job's progress is counted once per slot.
+to the cluster before it is carried out and each job's progress is counted once per slot. With a
+`Lease`, the loop acts only while it holds it, so of several schedulers of one namespace one acts.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Callable
 
 from dl2.k8s.backend import KubeCluster
 from dl2.k8s.client import ApiError
+from dl2.k8s.lease import Lease
 from dl2.schedulers.base import Scheduler
 
 
@@ -24,21 +26,52 @@ def run_slot(backend: KubeCluster, scheduler: Scheduler) -> float:
 
 
 def run(backend: KubeCluster, scheduler: Scheduler, slot_seconds: float = 0.0, max_slots: int | None = None,
-        until_done: bool = True, log: Callable[[str], None] = print, max_backoff: float = 5.0) -> int:
-    """Run slots until every DL2Job is done (`until_done`) or `max_slots` ran; returns the slots run."""
-    ran, backoff = 0, 0.1
-    while max_slots is None or ran < max_slots:
-        started = time.monotonic()
-        try:
-            if until_done and backend.done:
-                break
-            run_slot(backend, scheduler)
-        except ApiError as exc:
-            log(f"{exc}; trying the slot again in {backoff:.1f} s")
-            time.sleep(backoff)
-            backoff = min(max_backoff, 2 * backoff)
-            continue
-        backoff = 0.1
-        ran += 1
-        time.sleep(max(0.0, slot_seconds - (time.monotonic() - started)))
+        until_done: bool = True, log: Callable[[str], None] = print, max_backoff: float = 5.0,
+        progress: Callable[[str], None] | None = None, lease: Lease | None = None) -> int:
+    """Run slots until every DL2Job is done (`until_done`) or `max_slots` ran; returns the slots run. `log`
+    hears of API failures retried; `progress`, when given, gets one line per slot run, and one when the loop
+    waits for the `lease` another scheduler holds."""
+    ran, backoff, waiting = 0, 0.1, False
+    try:
+        while max_slots is None or ran < max_slots:
+            started = time.monotonic()
+            try:
+                if lease is not None and not lease.hold():
+                    if not waiting and progress is not None:
+                        progress(f"waiting: another scheduler holds the lease of namespace {backend.namespace}")
+                    waiting = True
+                    time.sleep(min(1.0, lease.duration / 3))
+                    continue
+                waiting = False
+                if until_done and backend.done:
+                    break
+                slot = backend.slot
+                reward = run_slot(backend, scheduler)
+                if progress is not None:
+                    progress(slot_line(slot, reward, backend.census()))
+            except ApiError as exc:
+                log(f"{exc}; trying the slot again in {backoff:.1f} s")
+                time.sleep(backoff)
+                backoff = min(max_backoff, 2 * backoff)
+                continue
+            backoff = 0.1
+            ran += 1
+            _pace(started + slot_seconds, lease)
+    finally:
+        if lease is not None:
+            lease.release()
     return ran
+
+
+def _pace(until: float, lease: Lease | None) -> None:
+    """Sleep until the monotonic time `until`, renewing the lease (if any) often enough to keep it."""
+    while (left := until - time.monotonic()) > 0:
+        time.sleep(min(left, lease.duration / 3) if lease is not None else left)
+        if lease is not None and left > lease.duration / 3:
+            lease.hold()
+
+
+def slot_line(slot: int, reward: float, census: dict[str, int]) -> str:
+    """What an operator reads after each slot."""
+    return (f"slot {slot}: {census['waiting']} waiting, {census['running']} running, {census['done']} done; "
+            f"{census['tasks']} tasks placed; reward {reward:.3f}")

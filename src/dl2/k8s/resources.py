@@ -19,6 +19,7 @@ JOB_LABEL, ROLE_LABEL = "dl2.io/job", "dl2.io/role"
 GPU = "nvidia.com/gpu"
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 CLOCK = "dl2-clock"  # the ConfigMap holding the slot clock and the slot's allocation
+LEASE = "dl2-scheduler"  # the Lease the schedulers of a namespace elect their leader with
 TASK_IMAGE = "dl2:latest"
 
 
@@ -32,6 +33,42 @@ def pods_path(namespace: str, name: str = "") -> str:
 
 def configmap_path(namespace: str, name: str = "") -> str:
     return f"/api/v1/namespaces/{namespace}/configmaps" + (f"/{name}" if name else "")
+
+
+def scheduler_rbac(namespace: str, account: str = "dl2-scheduler") -> list[dict]:
+    """Least privilege for the dl2 scheduler of `namespace`, as service account `account` there: a Role for
+    what lives in the namespace (DL2Jobs and their status, task pods and their bindings, the clock
+    ConfigMap, the leader Lease) and cluster scope only to read nodes."""
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": account, "namespace": namespace},
+            "rules": [
+                {"apiGroups": [GROUP], "resources": [PLURAL, f"{PLURAL}/status"], "verbs": ["get", "list", "watch", "update", "patch"]},
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "delete"]},
+                {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]},
+                {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+                {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [CLOCK], "verbs": ["get", "update"]},
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [LEASE], "verbs": ["get", "update"]},
+            ]}
+    nodes_role = f"{account}-{namespace}-nodes"
+    subject = [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account, "namespace": namespace}},
+        role,
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": account, "namespace": namespace},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account}, "subjects": subject},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": nodes_role},
+         "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": nodes_role},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": nodes_role}, "subjects": subject},
+    ]
+
+
+def object_path(manifest: dict) -> str:
+    """The API path of a manifest's object (core or grouped, namespaced or cluster-wide; plural: kind + s)."""
+    api, kind, meta = manifest["apiVersion"], manifest["kind"], manifest["metadata"]
+    base = f"/api/{api}" if "/" not in api else f"/apis/{api}"
+    scope = f"/namespaces/{meta['namespace']}" if meta.get("namespace") else ""
+    return f"{base}{scope}/{kind.lower()}s/{meta['name']}"
 
 
 def crd_manifest() -> dict:
@@ -100,6 +137,17 @@ def is_ready(node: dict) -> bool:
         c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
+def jct_status(jct: float) -> dict:
+    """A finished job's JCT in its status: exact (`jct`, what dl2 reads) and as `kubectl get dl2jobs` shows it."""
+    return {"jct": jct, "jctSlots": f"{jct:.2f}"}
+
+
+# What every pod dl2 creates runs as: no root, no privilege escalation, no capabilities, a read-only root.
+RESTRICTED_CONTAINER = {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532, "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"]}, "readOnlyRootFilesystem": True,
+                        "seccompProfile": {"type": "RuntimeDefault"}}
+
+
 def pod_manifest(job: dict, name: str, role: str, demand: tuple[int, int]) -> dict:
     """A PS or worker pod of `job`, left unscheduled for the dl2 scheduler (`schedulerName: dl2`) to bind."""
     meta = job["metadata"]
@@ -127,6 +175,7 @@ def pod_manifest(job: dict, name: str, role: str, demand: tuple[int, int]) -> di
                 "imagePullPolicy": "IfNotPresent",
                 "args": ["k8s-scheduler", "task", "--job", meta["name"], "--role", role],
                 "resources": {"requests": requests, "limits": requests},
+                "securityContext": RESTRICTED_CONTAINER,
             }],
         },
     }

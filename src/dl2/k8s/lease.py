@@ -1,0 +1,96 @@
+"""Leader election with a coordination.k8s.io Lease: of the dl2 schedulers of one namespace (a rollout's
+two replicas, a restarted one beside a stale one), only the Lease's holder acts on a slot.
+
+A scheduler holds the Lease while it renews it within `duration` seconds; another takes it over only once
+a whole `duration` has passed since the holder's last renewal. Every write carries the object's
+resourceVersion, so of two schedulers racing for an expired Lease, exactly one wins.
+"""
+
+from __future__ import annotations
+
+import datetime
+import socket
+import uuid
+
+from dl2.k8s.client import ApiError, Kube
+from dl2.k8s.resources import LEASE as NAME
+
+
+def leases_path(namespace: str, name: str | None = None) -> str:
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+    return f"{path}/{name}" if name else path
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def _micro(t: datetime.datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _parse(text: str) -> datetime.datetime:
+    return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.UTC)
+
+
+class Lease:
+    """The scheduler Lease of one namespace, as seen by one scheduler (`identity`)."""
+
+    def __init__(self, kube: Kube, namespace: str, duration: float = 15.0, identity: str | None = None, name: str = NAME):
+        self.kube, self.namespace, self.duration, self.name = kube, namespace, duration, name
+        self.identity = identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
+
+    def hold(self) -> bool:
+        """Take or renew the Lease; True while this scheduler holds it, False while another does."""
+        now = _now()
+        try:
+            lease = self.kube.get(leases_path(self.namespace, self.name))
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            return self._create(now)
+        spec = lease.get("spec", {})
+        holder, renewed = spec.get("holderIdentity"), spec.get("renewTime")
+        expired = renewed is None or (now - _parse(renewed)).total_seconds() > spec.get("leaseDurationSeconds", self.duration)
+        if holder not in (None, "", self.identity) and not expired:
+            return False
+        spec = {**spec, "holderIdentity": self.identity, "leaseDurationSeconds": max(1, round(self.duration)),
+                "renewTime": _micro(now)}
+        if holder != self.identity:
+            spec.update(acquireTime=_micro(now), leaseTransitions=spec.get("leaseTransitions", 0) + 1)
+        try:
+            self.kube.replace(leases_path(self.namespace, self.name), {**lease, "spec": spec})  # carries resourceVersion
+        except ApiError as exc:
+            if exc.status == 409:  # another scheduler wrote it first
+                return False
+            raise
+        return True
+
+    def release(self) -> None:
+        """Give the Lease up at once if this scheduler holds it (a clean exit: another may take over now)."""
+        try:
+            lease = self.kube.get(leases_path(self.namespace, self.name))
+        except ApiError as exc:
+            if exc.status == 404:
+                return
+            raise
+        if lease.get("spec", {}).get("holderIdentity") != self.identity:
+            return
+        spec = {**lease["spec"], "holderIdentity": None, "renewTime": None}
+        try:
+            self.kube.replace(leases_path(self.namespace, self.name), {**lease, "spec": spec})
+        except ApiError as exc:
+            if exc.status not in (404, 409):
+                raise
+
+    def _create(self, now: datetime.datetime) -> bool:
+        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": self.name},
+                "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": max(1, round(self.duration)),
+                         "acquireTime": _micro(now), "renewTime": _micro(now), "leaseTransitions": 0}}
+        try:
+            self.kube.create(leases_path(self.namespace), body)
+        except ApiError as exc:
+            if exc.status == 409:  # created by another scheduler meanwhile
+                return False
+            raise
+        return True
