@@ -4,20 +4,22 @@ API errors and conflicts, invalid DL2Jobs."""
 from __future__ import annotations
 
 import signal
+import ssl
 import subprocess
 import sys
 import time
 
-import httpx
+import httpx2
 import pytest
+from lightkube.resources.core_v1 import ConfigMap, Node, Pod, PodStatus
 
 from dl2.errors import Dl2Error
 from dl2.k8s.backend import KubeCluster
-from dl2.k8s.client import ApiError, Kube, load_kubeconfig, ssl_context
+from dl2.k8s.client import ApiError, Kube, load_config
 from dl2.k8s.emulator import ProgressEmulator
 from dl2.k8s.jobs import submit_trace, trace_manifests
 from dl2.k8s.loop import run, run_slot
-from dl2.k8s.resources import CLOCK, JOB_LABEL, configmap_path, ensure_namespace, jobs_path, pods_path
+from dl2.k8s.resources import CLOCK, JOB_LABEL, DL2Job, ensure_namespace
 from dl2.schedulers import get_scheduler
 
 from .support import PRESET, assert_simulator_jcts, params_file, scenario, space, submitted, trace
@@ -44,7 +46,7 @@ def test_killed_mid_run_the_scheduler_resumes_from_the_cluster(kube, testbed, tm
     finally:
         first.wait()
     killed_at = _clock(kube, ns)
-    assert any(j["status"].get("phase") != "Succeeded" for j in kube.items(jobs_path(ns))), "killed before the end"
+    assert any(j["status"].get("phase") != "Succeeded" for j in kube.list(DL2Job, ns)), "killed before the end"
     second = _scheduler_process(testbed, ns, params, "--until-done")
     out, err = second.communicate(timeout=300)
     assert second.returncode == 0, err
@@ -55,7 +57,7 @@ def test_killed_mid_run_the_scheduler_resumes_from_the_cluster(kube, testbed, tm
 
 def _clock(kube, ns) -> int:
     try:
-        return int(kube.get(configmap_path(ns, CLOCK))["data"]["slot"])
+        return int(kube.get(ConfigMap, CLOCK, ns)["data"]["slot"])
     except ApiError:
         return -1
 
@@ -86,14 +88,14 @@ def test_pods_deleted_behind_its_back_are_recreated(kube):
     obs = backend.observe()
     alloc = drf.schedule(obs)
     # the allocation is committed; before its pods are made, someone deletes every pod of the namespace
-    before = {p["metadata"]["name"] for p in kube.items(pods_path(ns), labelSelector=JOB_LABEL)}
+    before = {p["metadata"]["name"] for p in kube.list(Pod, ns, labels={JOB_LABEL: None})}
     assert before
     for name in before:
-        kube.delete(pods_path(ns, name))
+        kube.delete(Pod, name, ns)
     backend.apply(alloc)
-    after = kube.items(pods_path(ns), labelSelector=JOB_LABEL)
+    after = kube.list(Pod, ns, labels={JOB_LABEL: None})
     assert len(after) == sum(j["status"].get("allocation", {}).get("workers", 0) + j["status"].get("allocation", {}).get("ps", 0)
-                             for j in kube.items(jobs_path(ns)) if j["status"].get("phase") == "Running")
+                             for j in kube.list(DL2Job, ns) if j["status"].get("phase") == "Running")
     assert all(p["spec"].get("nodeName") for p in after)
     run(backend, drf)
     assert backend.done and len(backend.jct()) == len(tr)
@@ -104,39 +106,40 @@ def test_a_node_that_disappears_has_its_tasks_placed_elsewhere(kube):
     backend = KubeCluster(kube, sc, ns, ns)
     drf = get_scheduler("drf")
     run(backend, drf, max_slots=4)  # the first jobs finish within their slot; job 4 (8000 epochs) runs on
-    pods = kube.items(pods_path(ns), labelSelector=JOB_LABEL)
+    pods = kube.list(Pod, ns, labels={JOB_LABEL: None})
     assert pods, "tasks are running"
     gone = pods[0]["spec"]["nodeName"]
-    kube.delete(f"/api/v1/nodes/{gone}")
+    kube.delete(Node, gone)
     run(backend, drf, max_slots=1)
-    pods = kube.items(pods_path(ns), labelSelector=JOB_LABEL)
+    pods = kube.list(Pod, ns, labels={JOB_LABEL: None})
     assert pods and all(p["spec"]["nodeName"] != gone for p in pods)
     assert backend.observe().num_nodes == 2
     run(backend, drf)
     assert backend.done and len(backend.jct()) == len(tr)
 
 
-class Flaky(httpx.BaseTransport):
+class Flaky(httpx2.BaseTransport):
     """Forwards to the real server, but answers `burst` requests in every `period` with 503 or 429 instead."""
 
-    def __init__(self, conn, period: int, burst: int):
-        self.real, self.period, self.burst = httpx.HTTPTransport(verify=ssl_context(conn)), period, burst
+    def __init__(self, config, period: int, burst: int):
+        trusted = ssl.create_default_context(cafile=config.cluster.certificate_auth)
+        self.real, self.period, self.burst = httpx2.HTTPTransport(verify=trusted), period, burst
         self.count, self.injected = 0, 0
 
     def handle_request(self, request):
         self.count += 1
         if self.count % self.period < self.burst:
             self.injected += 1
-            return httpx.Response(503 if self.injected % 2 else 429, json={"kind": "Status", "reason": "TooBusy"})
+            return httpx2.Response(503 if self.injected % 2 else 429, json={"kind": "Status", "reason": "TooBusy"})
         return self.real.handle_request(request)
 
 
 def test_transient_api_errors_are_retried_with_backoff(testbed, kube):
     """503 and 429 cannot be caused on demand with a healthy server: a transport injects them."""
     sc, tr, ns = submitted(kube, 7)
-    conn = load_kubeconfig(testbed.kubeconfig)
-    flaky = Flaky(conn, period=5, burst=1)
-    client = Kube(conn, backoff=0.001, transport=flaky)
+    config = load_config(testbed.kubeconfig)
+    flaky = Flaky(config, period=5, burst=1)
+    client = Kube(config, backoff=0.001, transport=flaky)
     backend = KubeCluster(client, sc, ns, ns)
     run(backend, get_scheduler("drf"), log=pytest.fail)  # every failure is absorbed by the client's retries
     assert_simulator_jcts(backend.jct(), tr, sc)
@@ -146,9 +149,9 @@ def test_transient_api_errors_are_retried_with_backoff(testbed, kube):
 
 def test_errors_that_outlast_the_retries_do_not_end_the_loop(testbed, kube):
     sc, tr, ns = submitted(kube, 8)
-    conn = load_kubeconfig(testbed.kubeconfig)
-    flaky = Flaky(conn, period=150, burst=3)
-    client = Kube(conn, retries=1, backoff=0.001, transport=flaky)  # three failures in a row get through
+    config = load_config(testbed.kubeconfig)
+    flaky = Flaky(config, period=150, burst=3)
+    client = Kube(config, retries=1, backoff=0.001, transport=flaky)  # three failures in a row get through
     logged = []
     backend = KubeCluster(client, sc, ns, ns)
     run(backend, get_scheduler("drf"), log=logged.append, max_backoff=0.01)
@@ -160,21 +163,21 @@ def test_errors_that_outlast_the_retries_do_not_end_the_loop(testbed, kube):
 def test_a_conflicting_progress_write_is_retried_on_fresh_data_and_counted_once(kube):
     sc, tr, ns = submitted(kube, 9)
     backend = KubeCluster(kube, sc, ns, ns)
-    while not any(j.get("status", {}).get("phase") == "Running" for j in kube.items(jobs_path(ns))):
+    while not any(j.get("status", {}).get("phase") == "Running" for j in kube.list(DL2Job, ns)):
         run(backend, get_scheduler("drf"), max_slots=1)
     slot = backend.slot
-    stale = next(j for j in kube.items(jobs_path(ns)) if j["status"].get("phase") == "Running")
+    stale = next(j for j in kube.list(DL2Job, ns) if j["status"].get("phase") == "Running")
     name, model = stale["metadata"]["name"], sc.catalog.index(stale["spec"]["model"])
-    kube.patch(jobs_path(ns, name), {"metadata": {"labels": {"touched": "yes"}}})  # a newer resourceVersion
+    kube.patch(DL2Job, name, {"metadata": {"labels": {"touched": "yes"}}}, ns)  # a newer resourceVersion
     emulator = ProgressEmulator(kube, ns, sc.table, True)
     nodes = {n["metadata"]["name"] for n in backend.nodes()}
     retried = kube.retried
     emulator.advance(slot, [stale], [model], nodes)  # writes with the stale version: 409, re-read, write
     assert kube.retried == retried + 1
-    counted = kube.get(jobs_path(ns, name))["status"]
+    counted = kube.get(DL2Job, name, ns)["status"]
     assert counted["progressSlot"] == slot
     emulator.advance(slot, [stale], [model], nodes)  # the same slot again (a restart): conflict, then nothing to do
-    assert kube.get(jobs_path(ns, name))["status"]["progress"] == counted["progress"]
+    assert kube.get(DL2Job, name, ns)["status"]["progress"] == counted["progress"]
 
 
 def test_a_pod_its_node_refused_does_not_train(kube):
@@ -182,18 +185,18 @@ def test_a_pod_its_node_refused_does_not_train(kube):
     backend = KubeCluster(kube, sc, ns, ns)
 
     def running_with_two_workers():
-        return [j for j in kube.items(jobs_path(ns)) if j.get("status", {}).get("phase") == "Running"
+        return [j for j in kube.list(DL2Job, ns) if j.get("status", {}).get("phase") == "Running"
                 and j["status"]["allocation"]["workers"] >= 2 and j["status"]["allocation"]["ps"] >= 1]
 
     while not running_with_two_workers():
         run(backend, get_scheduler("drf"), max_slots=1)
     job = running_with_two_workers()[0]
     name, alloc = job["metadata"]["name"], job["status"]["allocation"]
-    worker = next(p for p in kube.items(pods_path(ns), labelSelector=f"{JOB_LABEL}={name},dl2.io/role=worker"))
-    kube.patch(pods_path(ns, worker["metadata"]["name"]) + "/status", {"status": {"phase": "Failed", "reason": "OutOfcpu"}})
+    worker = next(p for p in kube.list(Pod, ns, labels={JOB_LABEL: name, "dl2.io/role": "worker"}))
+    kube.patch(PodStatus, worker["metadata"]["name"], {"status": {"phase": "Failed", "reason": "OutOfcpu"}}, ns)
     slot, model = backend.slot, sc.catalog.index(job["spec"]["model"])
     ProgressEmulator(kube, ns, sc.table, True).advance(slot, [job], [model], {n["metadata"]["name"] for n in backend.nodes()})
-    trained = kube.get(jobs_path(ns, name))["status"]["progress"] - job["status"]["progress"]
+    trained = kube.get(DL2Job, name, ns)["status"]["progress"] - job["status"]["progress"]
     remaining = job["spec"]["epochs"] - job["status"]["progress"]
     # progress is stored as a running sum, so the difference of two sums carries its rounding
     assert trained == pytest.approx(min(sc.table[model, alloc["ps"], alloc["workers"] - 1], remaining), rel=1e-12)
@@ -207,16 +210,16 @@ def test_an_invalid_dl2job_fails_with_a_condition_and_the_others_run(kube):
     bad[1]["metadata"]["name"], bad[1]["spec"]["workerDemand"] = "too-big", {"cpu": 9, "gpu": 1}
     bad[2]["metadata"]["name"], bad[2]["spec"]["limits"] = "over-limit", {"maxWorkers": PRESET.max_tasks + 1}
     for manifest in bad:
-        kube.create(jobs_path(ns), manifest)
+        kube.create(manifest)
     with pytest.raises(ApiError) as rejected:
-        kube.create(jobs_path(ns), {**bad[0], "metadata": {"name": "no-epochs"}, "spec": {"model": "resnet-50"}})
+        kube.create({**bad[0], "metadata": {"name": "no-epochs", "namespace": ns}, "spec": {"model": "resnet-50"}})
     assert rejected.value.status == 422 and "epochs" in str(rejected.value)
     submit_trace(kube, tr, sc.catalog, ns)
     backend = KubeCluster(kube, sc, ns, ns)
     run(backend, get_scheduler("drf"))
     for name, words in (("bad-model", "spec.model: unknown model 'no-such-model'"), ("too-big", "more than one node holds"),
                         ("over-limit", f"spec.limits: at most {PRESET.max_tasks} workers")):
-        status = kube.get(jobs_path(ns, name))["status"]
+        status = kube.get(DL2Job, name, ns)["status"]
         assert status["phase"] == "Failed"
         (condition,) = status["conditions"]
         assert condition["type"] == "Valid" and condition["status"] == "False" and condition["reason"] == "InvalidSpec"

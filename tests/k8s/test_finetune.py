@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 from dl2 import tracking
 from dl2.backends import training_environments
 from dl2.errors import Dl2Error
-from dl2.k8s.client import load_kubeconfig
+from dl2.k8s.client import load_config
 from dl2.k8s.env import KubeEnvFactory, KubeEnvironments, KubeTraces
 from dl2.learn.agent import DL2Policy
 from dl2.learn.env import BackendEnv, DecisionEnv
@@ -73,7 +73,7 @@ def test_online_rl_on_the_testbed_updates_the_policy_and_logs_to_mlflow(testbed,
     assert any(not torch.equal(a, b) for a, b in zip(before, policy.net.parameters()))
     logged = MlflowClient(tracking.tracking_uri()).get_run(run.info.run_id).data
     assert logged.params["backend"] == "k8s" and np.isfinite(logged.metrics["rl_val_jct_greedy"])
-    token = load_kubeconfig(testbed.kubeconfig).token
+    token = load_config(testbed.kubeconfig).user.token
     assert token and token.encode() not in (tmp_path / "ckpt.pkl").read_bytes()  # the kubeconfig's path, not its credentials
     resumed = Trainer.load(tmp_path / "ckpt.pkl")
     assert resumed.updates == 3

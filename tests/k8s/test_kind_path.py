@@ -12,22 +12,12 @@ import yaml
 
 from dl2.k8s.backend import KubeCluster
 from dl2.k8s.jobs import trace_manifests
-from dl2.k8s.resources import crd_manifest, jobs_path
+from dl2.k8s.resources import DL2Job, crd_manifest
 from dl2.paths import PACKAGE_DIR
 
 from .support import PRESET, assert_simulator_jcts, params_file, scenario, space, submitted, trace
 
 DEPLOY = PACKAGE_DIR.parents[1] / "deploy"
-PATHS = {  # kind -> collection path (cluster-scoped, or namespaced with {ns})
-    "Namespace": "/api/v1/namespaces",
-    "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
-    "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-    "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-    "Deployment": "/apis/apps/v1/namespaces/{ns}/deployments",
-    "CustomResourceDefinition": "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-}
-
-
 def _scheduler_manifests() -> list[dict]:
     return [d for d in yaml.safe_load_all((DEPLOY / "manifests" / "scheduler.yaml").read_text()) if d]
 
@@ -36,17 +26,16 @@ def test_manifests_pass_server_side_dry_run(kube):
     docs = _scheduler_manifests()
     assert {d["kind"] for d in docs} == {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment"}
     namespace = next(d for d in docs if d["kind"] == "Namespace")
-    kube.create(PATHS["Namespace"], namespace)  # namespaced objects are checked against an existing namespace
+    kube.create(namespace)  # namespaced objects are checked against an existing namespace
     for doc in [*docs, crd_manifest()]:
         if doc["kind"] == "Namespace":
             continue
-        path = PATHS[doc["kind"]].format(ns=doc["metadata"].get("namespace", "")) + "/" + doc["metadata"]["name"]
-        answer = kube.apply(path, doc, dry_run=True)  # kubectl apply --server-side --dry-run=server
+        answer = kube.apply(doc, dry_run=True)  # kubectl apply --server-side --dry-run=server
         assert answer["metadata"]["name"] == doc["metadata"]["name"]
     ns = space(kube)
     for manifest in trace_manifests(trace(0), scenario().catalog, ns)[:3]:
-        kube.create(jobs_path(ns), manifest, dry_run=True)
-    assert kube.items(jobs_path(ns)) == []
+        kube.create(manifest, dry_run=True)
+    assert kube.list(DL2Job, ns) == []
 
 
 def test_kind_config_and_script_agree_with_the_scheduler():

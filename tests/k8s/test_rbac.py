@@ -9,12 +9,15 @@ import sys
 import time
 
 import pytest
+from lightkube.config.models import User
+from lightkube.resources.coordination_v1 import Lease as LeaseObject
+from lightkube.resources.core_v1 import ConfigMap, Node, Pod, Secret
 
 from dl2.k8s.backend import KubeCluster
-from dl2.k8s.client import ApiError, Connection, Kube, load_kubeconfig
-from dl2.k8s.lease import Lease, leases_path
+from dl2.k8s.client import ApiError, Kube, load_config
+from dl2.k8s.lease import Lease
 from dl2.k8s.loop import run
-from dl2.k8s.resources import JOB_LABEL, RESTRICTED_CONTAINER, object_path, pods_path, scheduler_rbac
+from dl2.k8s.resources import JOB_LABEL, LEASE, RESTRICTED_CONTAINER, DL2Job, scheduler_rbac
 from dl2.schedulers import get_scheduler
 
 from .support import assert_simulator_jcts, params_file, space, submitted
@@ -23,11 +26,9 @@ from .support import assert_simulator_jcts, params_file, space, submitted
 def _service_account_client(kube: Kube, kubeconfig, namespace: str) -> Kube:
     """A client that acts as the namespace's dl2-scheduler service account (a token from the TokenRequest API)."""
     for manifest in scheduler_rbac(namespace):
-        kube.apply(object_path(manifest), manifest)
-    request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}}
-    token = kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts/dl2-scheduler/token", request)["status"]["token"]
-    admin = load_kubeconfig(kubeconfig)
-    return Kube(Connection(admin.server, admin.verify, token=token))
+        kube.apply(manifest)
+    token = kube.token("dl2-scheduler", namespace)
+    return Kube(load_config(kubeconfig)._replace(user=User(token=token)))
 
 
 def test_the_scheduler_as_its_service_account_runs_a_trace_and_may_do_nothing_else(kube, testbed):
@@ -37,23 +38,23 @@ def test_the_scheduler_as_its_service_account_runs_a_trace_and_may_do_nothing_el
         backend = KubeCluster(account, sc, ns, ns)
         run(backend, get_scheduler("drf"), log=pytest.fail)
         assert_simulator_jcts(backend.jct(), tr, sc)
-        pods = account.items(pods_path(ns), labelSelector=JOB_LABEL)
+        pods = account.list(Pod, ns, labels={JOB_LABEL: None})
         assert pods == []  # completed jobs keep none
         other = space(kube)
         forbidden = [
-            lambda: account.create(pods_path(other), {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"},
-                                                      "spec": {"containers": [{"name": "x", "image": "x"}]}}),
-            lambda: account.delete(f"/api/v1/nodes/{other}-node-000"),
-            lambda: account.items(f"/api/v1/namespaces/{ns}/secrets"),
-            lambda: account.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"{ns}-x"}}),
-            lambda: account.get(f"/api/v1/namespaces/{ns}/configmaps/not-the-clock"),
-            lambda: account.items(f"/apis/dl2.io/v1alpha1/namespaces/{other}/dl2jobs"),
+            lambda: account.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x", "namespace": other},
+                                    "spec": {"containers": [{"name": "x", "image": "x"}]}}),
+            lambda: account.delete(Node, f"{other}-node-000"),
+            lambda: account.list(Secret, ns),
+            lambda: account.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"{ns}-x"}}),
+            lambda: account.get(ConfigMap, "not-the-clock", ns),
+            lambda: account.list(DL2Job, other),
         ]
         for action in forbidden:
             with pytest.raises(ApiError) as refused:
                 action()
             assert refused.value.status == 403, refused.value
-        assert account.items("/api/v1/nodes", labelSelector=f"dl2.io/pool={ns}")  # cluster scope: reading nodes
+        assert account.list(Node, labels={"dl2.io/pool": ns})  # cluster scope: reading nodes
     finally:
         account.close()
 
@@ -63,7 +64,7 @@ def test_the_pods_it_creates_run_restricted(kube):
     backend = KubeCluster(kube, sc, ns, ns)
     for _ in range(10):  # until the first jobs have arrived and run
         run(backend, get_scheduler("drf"), max_slots=1)
-        if pods := kube.items(pods_path(ns), labelSelector=JOB_LABEL):
+        if pods := kube.list(Pod, ns, labels={JOB_LABEL: None}):
             break
     assert pods and all(c["securityContext"] == RESTRICTED_CONTAINER for p in pods for c in p["spec"]["containers"])
     assert all(p["spec"]["automountServiceAccountToken"] is False for p in pods)
@@ -81,7 +82,7 @@ def test_of_two_schedulers_one_acts_and_the_other_takes_over_when_it_dies(kube, 
     params = params_file(tmp_path)
     first = _scheduler(testbed, ns, params)
     deadline = time.monotonic() + 60
-    while _holder(kube, ns) is None:
+    while _holder(kube, ns) is None or KubeCluster(kube, sc, ns, ns).slot < 1:  # it holds the lease and has acted
         assert first.poll() is None and time.monotonic() < deadline, first.stderr.read() if first.poll() is not None else ""
         time.sleep(0.05)
     second = _scheduler(testbed, ns, params)
@@ -107,7 +108,7 @@ def test_of_two_schedulers_one_acts_and_the_other_takes_over_when_it_dies(kube, 
 
 def _holder(kube: Kube, ns: str) -> str | None:
     try:
-        return kube.get(leases_path(ns, "dl2-scheduler"))["spec"].get("holderIdentity")
+        return kube.get(LeaseObject, LEASE, ns)["spec"].get("holderIdentity")
     except ApiError:
         return None
 
@@ -122,3 +123,15 @@ def test_a_lease_held_and_renewed_is_not_taken_and_one_expired_is(kube):
     assert b.hold() and not a.hold()  # a let it expire: b takes it, and a sees that
     b.release()
     assert a.hold()
+
+
+def test_a_lease_kept_from_the_background_outlasts_its_duration_and_is_given_up_on_stop(kube):
+    ns = space(kube)
+    a, b = Lease(kube, ns, duration=1, identity="a"), Lease(kube, ns, duration=1, identity="b")
+    a.keep(log=pytest.fail)
+    try:
+        time.sleep(2.5)  # a busy scheduler: no hold() from its loop for longer than the lease
+        assert a.held and not b.hold()
+    finally:
+        a.stop()
+    assert not a.held and b.hold()

@@ -8,13 +8,14 @@ import time
 import numpy as np
 import pytest
 import torch
+from lightkube.resources.core_v1 import Pod
 
 from dl2.backends.sim import simulate
 from dl2.k8s.backend import KubeCluster
 from dl2.k8s.build import ensure_binaries
 from dl2.k8s.jobs import submit_trace, trace_manifests
 from dl2.k8s.loop import run
-from dl2.k8s.resources import JOB_LABEL, SCHEDULER_NAME, jobs_path, pods_path
+from dl2.k8s.resources import JOB_LABEL, SCHEDULER_NAME, DL2Job
 from dl2.learn.agent import DL2Policy, DL2Scheduler
 from dl2.learn.nets import net_config
 from dl2.schedulers import get_scheduler
@@ -49,8 +50,8 @@ def test_trace_runs_to_completion_with_the_simulators_jcts(kube, policy):
     assert np.max(np.abs(got - simulated.jct) / simulated.jct) < 1e-9  # in fact exact
     assert backend.slot == simulated.num_slots
     assert sum(row[3] > 1 for row in backend.stats) > 0, "the trace should make jobs share the cluster"
-    assert kube.items(pods_path(ns), labelSelector=JOB_LABEL) == [], "completed jobs keep no pods"
-    phases = {j["status"]["phase"] for j in kube.items(jobs_path(ns))}
+    assert kube.list(Pod, ns, labels={JOB_LABEL: None}) == [], "completed jobs keep no pods"
+    phases = {j["status"]["phase"] for j in kube.list(DL2Job, ns)}
     assert phases == {"Succeeded"}
 
 
@@ -61,16 +62,16 @@ def test_pods_are_bound_by_dl2_and_kubectl_shows_allocation_and_progress(kube, t
     submit_trace(kube, tr, sc.catalog, ns)
     backend = KubeCluster(kube, sc, ns, ns)
     run(backend, get_scheduler("drf"), max_slots=3)
-    pods = kube.items(pods_path(ns), labelSelector=JOB_LABEL)
+    pods = kube.list(Pod, ns, labels={JOB_LABEL: None})
     assert pods, "running jobs have pods"
     assert all(p["spec"]["schedulerName"] == SCHEDULER_NAME and p["spec"]["nodeName"].startswith(ns) for p in pods)
-    running = [j for j in kube.items(jobs_path(ns)) if j["status"].get("phase") == "Running"]
+    running = [j for j in kube.list(DL2Job, ns) if j["status"].get("phase") == "Running"]
     for job in running:
         mine = [p for p in pods if p["metadata"]["labels"][JOB_LABEL] == job["metadata"]["name"]]
         assert job["status"]["allocation"]["workers"] == sum(p["metadata"]["labels"]["dl2.io/role"] == "worker" for p in mine)
     kubectl = ensure_binaries().path("kubectl")
     deadline = time.monotonic() + 60  # KWOK plays the bound pods as Running, asynchronously
-    while not all(p.get("status", {}).get("phase") == "Running" for p in kube.items(pods_path(ns), labelSelector=JOB_LABEL)):
+    while not all(p.get("status", {}).get("phase") == "Running" for p in kube.list(Pod, ns, labels={JOB_LABEL: None})):
         assert time.monotonic() < deadline, "KWOK did not run the bound pods"
         time.sleep(0.1)
     shown = subprocess.run([str(kubectl), f"--kubeconfig={testbed.kubeconfig}", "-n", ns, "get", "pods", "--no-headers"],
@@ -93,12 +94,12 @@ def test_a_dl2jobs_own_limits_cap_its_tasks(kube):
     manifests = trace_manifests(tr, sc.catalog, ns)
     for manifest in manifests:
         manifest["spec"]["limits"] = {"maxWorkers": 1, "maxPS": 2}
-        kube.create(jobs_path(ns), manifest)
+        kube.create(manifest)
     backend = KubeCluster(kube, sc, ns, ns)
     drf = get_scheduler("drf")
     seen = []
     while not backend.done:
         run(backend, drf, max_slots=1)
-        seen += [j["status"]["allocation"] for j in kube.items(jobs_path(ns)) if "allocation" in j["status"]]
+        seen += [j["status"]["allocation"] for j in kube.list(DL2Job, ns) if "allocation" in j["status"]]
     assert max(a["workers"] for a in seen) == 1 and max(a["ps"] for a in seen) == 2  # DRF would give up to 4 bundles
-    assert {j["status"]["phase"] for j in kube.items(jobs_path(ns))} == {"Succeeded"}
+    assert {j["status"]["phase"] for j in kube.list(DL2Job, ns)} == {"Succeeded"}

@@ -11,10 +11,13 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from lightkube.config.models import User
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+from lightkube.resources.core_v1 import Namespace, Node
 
 from dl2.errors import Dl2Error
 from dl2.k8s import build
-from dl2.k8s.client import ApiError, Kube, load_kubeconfig
+from dl2.k8s.client import ApiError, Kube, load_config
 from dl2.k8s.resources import GPU, POOL_LABEL, crd_manifest, create_nodes, install_crd
 
 from .support import PRESET, params_file
@@ -22,7 +25,7 @@ from .support import PRESET, params_file
 
 def test_nodes_mirror_the_presets_cluster(kube):
     names = create_nodes(kube, "mirror", 3, PRESET.node_cpu, PRESET.node_gpu)
-    nodes = kube.items("/api/v1/nodes", labelSelector=f"{POOL_LABEL}=mirror")
+    nodes = kube.list(Node, labels={POOL_LABEL: "mirror"})
     assert sorted(n["metadata"]["name"] for n in nodes) == names
     for node in nodes:
         assert node["status"]["allocatable"]["cpu"] == "8" and node["status"]["allocatable"][GPU] == "8"
@@ -31,7 +34,7 @@ def test_nodes_mirror_the_presets_cluster(kube):
 
 def test_the_crd_installs_again_and_is_served_with_its_columns(kube):
     install_crd(kube)  # up installed it already: applying it again is fine
-    served = kube.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/dl2jobs.dl2.io")
+    served = kube.get(CustomResourceDefinition, "dl2jobs.dl2.io")
     columns = [c["name"] for c in served["spec"]["versions"][0]["additionalPrinterColumns"]]
     assert columns == [c["name"] for c in crd_manifest()["spec"]["versions"][0]["additionalPrinterColumns"]]
     assert {"Workers", "PS", "Progress", "Phase"} <= set(columns)
@@ -39,11 +42,11 @@ def test_the_crd_installs_again_and_is_served_with_its_columns(kube):
 
 
 def test_the_api_server_wants_the_token(testbed):
-    conn = load_kubeconfig(testbed.kubeconfig)
-    assert conn.server.startswith("https://127.0.0.1:") and conn.token
-    anonymous = Kube(conn.__class__(conn.server, conn.verify, token="wrong"), retries=0)
+    config = load_config(testbed.kubeconfig)
+    assert config.cluster.server.startswith("https://127.0.0.1:") and config.user.token
+    anonymous = Kube(config._replace(user=User(token="wrong")), retries=0)
     with pytest.raises(ApiError) as refused:
-        anonymous.get("/api/v1/nodes")
+        anonymous.list(Node)
     assert refused.value.status == 401
     anonymous.close()
 
@@ -62,12 +65,33 @@ def test_a_kind_style_kubeconfig_logs_in_with_its_embedded_certificate_and_leave
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
-    conn = load_kubeconfig(kubeconfig)
-    assert conn.token is None and conn.cert is not None
-    kube = Kube(conn, retries=0)
-    assert kube.get("/api/v1/namespaces/default")["metadata"]["name"] == "default"  # system:masters may read it
+    config = load_config(kubeconfig)
+    assert config.user.token is None and config.user.client_key_data
+    kube = Kube(config, retries=0)
+    assert kube.get(Namespace, "default")["metadata"]["name"] == "default"  # system:masters may read it
     kube.close()
     assert list(scratch.iterdir()) == []
+
+
+def test_a_kubeconfig_with_an_exec_credential_plugin_logs_in(tmp_path, testbed):
+    """Cloud kubeconfigs get their tokens from a plugin (an ExecCredential on its stdout), as kubectl does."""
+    config = json.loads(testbed.kubeconfig.read_text())
+
+    def plugged(token: str) -> Kube:
+        credential = json.dumps({"apiVersion": "client.authentication.k8s.io/v1beta1", "kind": "ExecCredential",
+                                 "status": {"token": token}})
+        config["users"][0]["user"] = {"exec": {"apiVersion": "client.authentication.k8s.io/v1beta1", "command": sys.executable,
+                                               "args": ["-c", f"print({credential!r})"], "interactiveMode": "Never"}}
+        path = tmp_path / f"kubeconfig-{token[:4]}"
+        path.write_text(json.dumps(config))
+        return Kube.from_kubeconfig(path, retries=0)
+
+    token = config["users"][0]["user"]["token"]
+    with plugged(token) as kube:
+        assert kube.get(Namespace, "default")["metadata"]["name"] == "default"
+    with plugged("wrong") as refused_kube, pytest.raises(ApiError) as refused:
+        refused_kube.get(Namespace, "default")
+    assert refused.value.status == 401
 
 
 def test_a_kubeconfig_naming_a_missing_certificate_file_says_which(tmp_path, testbed):
@@ -76,7 +100,7 @@ def test_a_kubeconfig_naming_a_missing_certificate_file_says_which(tmp_path, tes
     broken = tmp_path / "kubeconfig"
     broken.write_text(json.dumps(config))
     with pytest.raises(Dl2Error, match=r"certificate-authority: .*nowhere/ca.crt not found"):
-        load_kubeconfig(broken)
+        Kube.from_kubeconfig(broken)
 
 
 def test_cli_up_status_down(tmp_path, testbed):

@@ -21,25 +21,13 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+from lightkube.resources.core_v1 import ConfigMap, Node, Pod
 
 from dl2.errors import Dl2Error
 from dl2.k8s import jobs as dl2jobs
 from dl2.k8s.client import ApiError, Kube
 from dl2.k8s.emulator import ProgressEmulator
-from dl2.k8s.resources import (
-    CLOCK,
-    GPU,
-    JOB_LABEL,
-    NODE_INDEX_LABEL,
-    POOL_LABEL,
-    bind,
-    configmap_path,
-    ensure_namespace,
-    is_ready,
-    jobs_path,
-    pod_manifest,
-    pods_path,
-)
+from dl2.k8s.resources import CLOCK, GPU, JOB_LABEL, NODE_INDEX_LABEL, POOL_LABEL, DL2Job, ensure_namespace, is_ready, pod_manifest
 from dl2.schedulers.base import Allocation, Observation
 from dl2.sim import engine
 from dl2.sim.scenario import Scenario
@@ -103,10 +91,10 @@ class KubeCluster:
         """Start `trace` here: delete the namespace's DL2Jobs, their pods and the clock, then submit the
         trace as DL2Jobs."""
         ensure_namespace(self.kube, self.namespace)
-        for path in (jobs_path(self.namespace), pods_path(self.namespace)):
-            self.kube.request("DELETE", path, {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0},
-                              params={"labelSelector": JOB_LABEL} if path.endswith("pods") else None)
-        self.kube.delete(configmap_path(self.namespace, CLOCK))
+        for job in self.jobs():
+            self.kube.delete(DL2Job, job["metadata"]["name"], self.namespace)
+        self._delete_pods(None)
+        self.kube.delete(ConfigMap, CLOCK, self.namespace)
         dl2jobs.submit_trace(self.kube, trace, self.catalog, self.namespace)
         self.stats, self._view = [], None
 
@@ -114,17 +102,17 @@ class KubeCluster:
     def clock(self) -> dict:
         """The clock ConfigMap, created at slot 0 if missing."""
         try:
-            return self.kube.get(configmap_path(self.namespace, CLOCK))
+            return self.kube.get(ConfigMap, CLOCK, self.namespace)
         except ApiError as exc:
             if exc.status != 404:
                 raise
-        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": CLOCK}, "data": {"slot": "0"}}
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": CLOCK, "namespace": self.namespace}, "data": {"slot": "0"}}
         try:
-            return self.kube.create(configmap_path(self.namespace), body)
+            return self.kube.create(body)
         except ApiError as exc:
             if exc.status != 409:
                 raise
-            return self.kube.get(configmap_path(self.namespace, CLOCK))
+            return self.kube.get(ConfigMap, CLOCK, self.namespace)
 
     @property
     def slot(self) -> int:
@@ -136,18 +124,18 @@ class KubeCluster:
         return all(j.get("status", {}).get("phase") in dl2jobs.TERMINAL for j in self.jobs())
 
     def jobs(self) -> list[dict]:
-        return self.kube.items(jobs_path(self.namespace))
+        return self.kube.list(DL2Job, self.namespace)
 
     def nodes(self) -> list[dict]:
         """Ready, schedulable nodes of the pool, by their index label, then name."""
-        nodes = [n for n in self.kube.items("/api/v1/nodes", labelSelector=f"{POOL_LABEL}={self.pool}") if is_ready(n)]
+        nodes = [n for n in self.kube.list(Node, labels={POOL_LABEL: self.pool}) if is_ready(n)]
         return sorted(nodes, key=lambda n: (int(n["metadata"]["labels"].get(NODE_INDEX_LABEL, 1 << 30)), n["metadata"]["name"]))
 
     def census(self) -> dict[str, int]:
         """DL2Jobs by phase (waiting: not arrived or not admitted yet; running; done: succeeded or failed) and
         the task pods bound to nodes."""
         phases = [j.get("status", {}).get("phase") for j in self.jobs()]
-        bound = [p for p in self.kube.items(pods_path(self.namespace), labelSelector=JOB_LABEL) if p["spec"].get("nodeName")]
+        bound = [p for p in self.kube.list(Pod, self.namespace, labels={JOB_LABEL: None}) if p["spec"].get("nodeName")]
         done = sum(phase in dl2jobs.TERMINAL for phase in phases)
         running = phases.count("Running")
         return {"waiting": len(phases) - done - running, "running": running, "done": done, "tasks": len(bound)}
@@ -213,7 +201,7 @@ class KubeCluster:
                 tasks.append([name, ROLE_NAMES[r], view["nodes"][k]["metadata"]["name"]])
         clock = view["clock"]
         data = {**clock["data"], "allocation": json.dumps({"slot": view["slot"], "tasks": tasks})}
-        view["clock"] = self.kube.replace(configmap_path(self.namespace, CLOCK), {**clock, "data": data})
+        view["clock"] = self.kube.replace({**clock, "data": data})
         return self.resume()
 
     def resume(self) -> float:
@@ -239,7 +227,7 @@ class KubeCluster:
         clock = view["clock"]
         data = {k: v for k, v in clock["data"].items() if k != "allocation"}
         data["slot"] = str(slot + 1)
-        self.kube.replace(configmap_path(self.namespace, CLOCK), {**clock, "data": data})
+        self.kube.replace({**clock, "data": data})
         self._view = None
         return reward
 
@@ -288,7 +276,7 @@ class KubeCluster:
 
     def _patch_status(self, job: dict, status: dict) -> dict:
         """Merge `status` into the job's status; returns the updated object."""
-        return self.kube.patch(f"{jobs_path(self.namespace, job['metadata']['name'])}/status", {"status": status})
+        return self.kube.patch(DL2Job.Status, job["metadata"]["name"], {"status": status}, self.namespace)
 
     def _show_allocation(self, slot: int, active: list[dict], per_job: dict) -> None:
         """Write each job's allocation into its status (what `kubectl get dl2jobs` shows)."""
@@ -311,27 +299,28 @@ class KubeCluster:
                 seen[role, node] += 1
         changes = 0
         existing = {}
-        for pod in self.kube.items(pods_path(self.namespace), labelSelector=JOB_LABEL):
+        for pod in self.kube.list(Pod, self.namespace, labels={JOB_LABEL: None}):
             pod_meta = pod["metadata"]
             if pod_meta["name"] in desired and not pod_meta.get("deletionTimestamp"):
                 existing[pod_meta["name"]] = pod
             else:
-                self.kube.delete(pods_path(self.namespace, pod_meta["name"]))
+                self.kube.delete(Pod, pod_meta["name"], self.namespace)
                 changes += 1
         for pod, (name, role, node) in desired.items():
             if pod not in existing:
                 spec = demand[name]
                 task_demand = spec.worker_demand if role == "worker" else spec.ps_demand
-                self.kube.create(pods_path(self.namespace), pod_manifest(active[name], pod, role, task_demand))
+                self.kube.create(pod_manifest(active[name], pod, role, task_demand))
                 changes += 1
             if pod not in existing or not existing[pod]["spec"].get("nodeName"):
-                bind(self.kube, self.namespace, pod, node)
+                self.kube.bind(pod, node, self.namespace)
         return changes
 
-    def _delete_pods(self, names: set[str]) -> None:
-        for pod in self.kube.items(pods_path(self.namespace), labelSelector=JOB_LABEL):
-            if pod["metadata"]["labels"][JOB_LABEL] in names:
-                self.kube.delete(pods_path(self.namespace, pod["metadata"]["name"]))
+    def _delete_pods(self, names: set[str] | None) -> None:
+        """Delete the task pods of the jobs `names` (None: of every job)."""
+        for pod in self.kube.list(Pod, self.namespace, labels={JOB_LABEL: None}):
+            if names is None or pod["metadata"]["labels"][JOB_LABEL] in names:
+                self.kube.delete(Pod, pod["metadata"]["name"], self.namespace)
 
     def _record(self, view: dict, tasks: list, changes: int, reward: float) -> None:
         specs = {j["metadata"]["name"]: s for j, s in zip(view["jobs"], view["specs"])}

@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections import Counter
 
 import numpy as np
+from lightkube.resources.core_v1 import Pod
 
 from dl2.k8s.client import ApiError, Kube
-from dl2.k8s.resources import JOB_LABEL, ROLE_LABEL, jct_status, jobs_path, pods_path
+from dl2.k8s.resources import JOB_LABEL, ROLE_LABEL, DL2Job, jct_status
 from dl2.sim import engine
 from dl2.sim.state import make_jobs
 
@@ -21,7 +22,7 @@ from dl2.sim.state import make_jobs
 def bound_tasks(kube: Kube, namespace: str, nodes: set[str]) -> Counter:
     """(job, role) -> pods bound to one of `nodes`, not being deleted and not failed (a kubelet may refuse one)."""
     counts: Counter = Counter()
-    for pod in kube.items(pods_path(namespace), labelSelector=JOB_LABEL):
+    for pod in kube.list(Pod, namespace, labels={JOB_LABEL: None}):
         meta, node = pod["metadata"], pod["spec"].get("nodeName")
         if node in nodes and not meta.get("deletionTimestamp") and pod.get("status", {}).get("phase") != "Failed":
             counts[meta["labels"][JOB_LABEL], meta["labels"][ROLE_LABEL]] += 1
@@ -69,10 +70,10 @@ class ProgressEmulator:
                 return
             body = {"metadata": {"resourceVersion": current["job"]["metadata"]["resourceVersion"]}, "status": status}
             try:
-                self.kube.patch(f"{jobs_path(self.namespace, name)}/status", body)
+                self.kube.patch(DL2Job.Status, name, body, self.namespace)
             except ApiError as exc:
                 if exc.status == 409:
-                    current["job"] = self.kube.get(jobs_path(self.namespace, name))
+                    current["job"] = self.kube.get(DL2Job, name, self.namespace)
                 raise
 
         self.kube.on_conflict(attempt)

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 
 from dl2.k8s.client import Kube
-from dl2.k8s.resources import GROUP, VERSION, jobs_path
+from dl2.k8s.resources import GROUP, VERSION
 from dl2.workload.catalog import Catalog
 from dl2.workload.traces import Trace
 
@@ -84,6 +84,6 @@ def submit_trace(kube: Kube, trace: Trace, catalog: Catalog, namespace: str) -> 
     """Create the trace's DL2Jobs; returns their names in trace order."""
     names = []
     for manifest in trace_manifests(trace, catalog, namespace):
-        kube.create(jobs_path(namespace), manifest)
+        kube.create(manifest)
         names.append(manifest["metadata"]["name"])
     return names

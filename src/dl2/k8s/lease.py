@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import datetime
 import socket
+import threading
 import uuid
+
+from lightkube.resources.coordination_v1 import Lease as LeaseObject
 
 from dl2.k8s.client import ApiError, Kube
 from dl2.k8s.resources import LEASE as NAME
-
-
-def leases_path(namespace: str, name: str | None = None) -> str:
-    path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
-    return f"{path}/{name}" if name else path
 
 
 def _now() -> datetime.datetime:
@@ -39,56 +37,88 @@ class Lease:
     def __init__(self, kube: Kube, namespace: str, duration: float = 15.0, identity: str | None = None, name: str = NAME):
         self.kube, self.namespace, self.duration, self.name = kube, namespace, duration, name
         self.identity = identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
+        self.held = False  # as of the last `hold()`
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+
+    def keep(self, log=print) -> None:
+        """Hold the Lease from a background thread, renewed three times per `duration`, so a long slot does
+        not let it lapse; `held` says whether this scheduler holds it. A renewal the API refuses is logged and
+        counts as not held."""
+        def renew() -> None:
+            while not self._stop.is_set():
+                try:
+                    self.hold()
+                except ApiError as exc:
+                    self.held = False
+                    log(f"{exc}; renewing the lease again in {self.duration / 3:.1f} s")
+                self._stop.wait(self.duration / 3)
+
+        self.hold()
+        self._renewer = threading.Thread(target=renew, name="dl2-lease", daemon=True)
+        self._renewer.start()
+
+    def stop(self) -> None:
+        """Stop renewing and give the Lease up (a clean exit: another scheduler may take over at once)."""
+        self._stop.set()
+        if self._renewer is not None:
+            self._renewer.join()
+        self.release()
 
     def hold(self) -> bool:
         """Take or renew the Lease; True while this scheduler holds it, False while another does."""
         now = _now()
         try:
-            lease = self.kube.get(leases_path(self.namespace, self.name))
+            lease = self.kube.get(LeaseObject, self.name, self.namespace)
         except ApiError as exc:
             if exc.status != 404:
                 raise
-            return self._create(now)
+            self.held = self._create(now)
+            return self.held
         spec = lease.get("spec", {})
         holder, renewed = spec.get("holderIdentity"), spec.get("renewTime")
         expired = renewed is None or (now - _parse(renewed)).total_seconds() > spec.get("leaseDurationSeconds", self.duration)
         if holder not in (None, "", self.identity) and not expired:
+            self.held = False
             return False
         spec = {**spec, "holderIdentity": self.identity, "leaseDurationSeconds": max(1, round(self.duration)),
                 "renewTime": _micro(now)}
         if holder != self.identity:
             spec.update(acquireTime=_micro(now), leaseTransitions=spec.get("leaseTransitions", 0) + 1)
         try:
-            self.kube.replace(leases_path(self.namespace, self.name), {**lease, "spec": spec})  # carries resourceVersion
+            self.kube.replace({**lease, "spec": spec})  # carries the resourceVersion read
         except ApiError as exc:
             if exc.status == 409:  # another scheduler wrote it first
+                self.held = False
                 return False
             raise
+        self.held = True
         return True
 
     def release(self) -> None:
         """Give the Lease up at once if this scheduler holds it (a clean exit: another may take over now)."""
         try:
-            lease = self.kube.get(leases_path(self.namespace, self.name))
+            lease = self.kube.get(LeaseObject, self.name, self.namespace)
         except ApiError as exc:
             if exc.status == 404:
                 return
             raise
         if lease.get("spec", {}).get("holderIdentity") != self.identity:
             return
+        self.held = False
         spec = {**lease["spec"], "holderIdentity": None, "renewTime": None}
         try:
-            self.kube.replace(leases_path(self.namespace, self.name), {**lease, "spec": spec})
+            self.kube.replace({**lease, "spec": spec})
         except ApiError as exc:
             if exc.status not in (404, 409):
                 raise
 
     def _create(self, now: datetime.datetime) -> bool:
-        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": self.name},
+        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": self.name, "namespace": self.namespace},
                 "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": max(1, round(self.duration)),
                          "acquireTime": _micro(now), "renewTime": _micro(now), "leaseTransitions": 0}}
         try:
-            self.kube.create(leases_path(self.namespace), body)
+            self.kube.create(body)
         except ApiError as exc:
             if exc.status == 409:  # created by another scheduler meanwhile
                 return False

@@ -3,7 +3,9 @@
 An API failure that outlasts the client's retries (or a conflict with another writer) does not end the
 loop: the slot is tried again after a backoff, which is safe because a slot's allocation is committed
 to the cluster before it is carried out and each job's progress is counted once per slot. With a
-`Lease`, the loop acts only while it holds it, so of several schedulers of one namespace one acts.
+`Lease`, renewed from a background thread, the loop acts only while it holds it, so of several schedulers
+of one namespace one acts; should a stalled holder wake after losing it, its writes carry the versions it
+read and the API server refuses them (409).
 """
 
 from __future__ import annotations
@@ -32,11 +34,13 @@ def run(backend: KubeCluster, scheduler: Scheduler, slot_seconds: float = 0.0, m
     hears of API failures retried; `progress`, when given, gets one line per slot run, and one when the loop
     waits for the `lease` another scheduler holds."""
     ran, backoff, waiting = 0, 0.1, False
+    if lease is not None:
+        lease.keep(log)
     try:
         while max_slots is None or ran < max_slots:
             started = time.monotonic()
             try:
-                if lease is not None and not lease.hold():
+                if lease is not None and not lease.held:
                     if not waiting and progress is not None:
                         progress(f"waiting: another scheduler holds the lease of namespace {backend.namespace}")
                     waiting = True
@@ -56,19 +60,11 @@ def run(backend: KubeCluster, scheduler: Scheduler, slot_seconds: float = 0.0, m
                 continue
             backoff = 0.1
             ran += 1
-            _pace(started + slot_seconds, lease)
+            time.sleep(max(0.0, started + slot_seconds - time.monotonic()))
     finally:
         if lease is not None:
-            lease.release()
+            lease.stop()
     return ran
-
-
-def _pace(until: float, lease: Lease | None) -> None:
-    """Sleep until the monotonic time `until`, renewing the lease (if any) often enough to keep it."""
-    while (left := until - time.monotonic()) > 0:
-        time.sleep(min(left, lease.duration / 3) if lease is not None else left)
-        if lease is not None and left > lease.duration / 3:
-            lease.hold()
 
 
 def slot_line(slot: int, reward: float, census: dict[str, int]) -> str:

@@ -6,6 +6,9 @@ import time
 from pathlib import Path
 
 import yaml
+from lightkube.generic_resource import create_namespaced_resource
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+from lightkube.resources.core_v1 import Node
 
 from dl2.errors import Dl2Error
 from dl2.k8s.client import ApiError, Kube
@@ -21,18 +24,9 @@ KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 CLOCK = "dl2-clock"  # the ConfigMap holding the slot clock and the slot's allocation
 LEASE = "dl2-scheduler"  # the Lease the schedulers of a namespace elect their leader with
 TASK_IMAGE = "dl2:latest"
+DL2Job = create_namespaced_resource(GROUP, VERSION, "DL2Job", PLURAL)  # lightkube's resource: DL2Job, DL2Job.Status
 
 
-def jobs_path(namespace: str, name: str = "") -> str:
-    return f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}" + (f"/{name}" if name else "")
-
-
-def pods_path(namespace: str, name: str = "") -> str:
-    return f"/api/v1/namespaces/{namespace}/pods" + (f"/{name}" if name else "")
-
-
-def configmap_path(namespace: str, name: str = "") -> str:
-    return f"/api/v1/namespaces/{namespace}/configmaps" + (f"/{name}" if name else "")
 
 
 def scheduler_rbac(namespace: str, account: str = "dl2-scheduler") -> list[dict]:
@@ -63,14 +57,6 @@ def scheduler_rbac(namespace: str, account: str = "dl2-scheduler") -> list[dict]
     ]
 
 
-def object_path(manifest: dict) -> str:
-    """The API path of a manifest's object (core or grouped, namespaced or cluster-wide; plural: kind + s)."""
-    api, kind, meta = manifest["apiVersion"], manifest["kind"], manifest["metadata"]
-    base = f"/api/{api}" if "/" not in api else f"/apis/{api}"
-    scope = f"/namespaces/{meta['namespace']}" if meta.get("namespace") else ""
-    return f"{base}{scope}/{kind.lower()}s/{meta['name']}"
-
-
 def crd_manifest() -> dict:
     return yaml.safe_load(CRD_FILE.read_text())
 
@@ -78,11 +64,10 @@ def crd_manifest() -> dict:
 def install_crd(kube: Kube, timeout: float = 30.0) -> None:
     """Create (or update) the DL2Job CRD and wait until the API server serves it."""
     crd = crd_manifest()
-    path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}"
-    kube.apply(path, crd)
+    kube.apply(crd)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        status = kube.get(path).get("status", {})
+        status = kube.get(CustomResourceDefinition, crd["metadata"]["name"]).get("status", {})
         if any(c["type"] == "Established" and c["status"] == "True" for c in status.get("conditions") or []):
             return
         time.sleep(0.05)
@@ -91,7 +76,7 @@ def install_crd(kube: Kube, timeout: float = 30.0) -> None:
 
 def ensure_namespace(kube: Kube, namespace: str) -> None:
     try:
-        kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     except ApiError as exc:
         if exc.status != 409:
             raise
@@ -118,13 +103,13 @@ def create_nodes(kube: Kube, pool: str, num_nodes: int, cpu: int, gpu: int, time
     names = [f"{pool}-node-{i:03d}" for i in range(num_nodes)]
     for i, name in enumerate(names):
         try:
-            kube.create("/api/v1/nodes", node_manifest(name, i, pool, cpu, gpu))
+            kube.create(node_manifest(name, i, pool, cpu, gpu))
         except ApiError as exc:
             if exc.status != 409:
                 raise
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        ready = {n["metadata"]["name"] for n in kube.items("/api/v1/nodes", labelSelector=f"{POOL_LABEL}={pool}") if is_ready(n)}
+        ready = {n["metadata"]["name"] for n in kube.list(Node, labels={POOL_LABEL: pool}) if is_ready(n)}
         if ready.issuperset(names):
             return names
         time.sleep(0.05)
@@ -179,9 +164,3 @@ def pod_manifest(job: dict, name: str, role: str, demand: tuple[int, int]) -> di
             }],
         },
     }
-
-
-def bind(kube: Kube, namespace: str, pod: str, node: str) -> None:
-    """Bind a pod to a node through the Binding API (what a scheduler does)."""
-    body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod}, "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
-    kube.create(f"{pods_path(namespace, pod)}/binding", body)

@@ -20,11 +20,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import httpx
+import httpx2
 
 from dl2.errors import Dl2Error
 from dl2.k8s import build, pki
-from dl2.k8s.client import Kube, load_kubeconfig
+from dl2.k8s.client import Kube
 from dl2.k8s.resources import KWOK_ANNOTATION, install_crd
 from dl2.paths import write_json_atomic, write_text_atomic
 
@@ -42,7 +42,7 @@ class Testbed:
     timings: dict[str, float]  # build_s (0 from cache), start_s (launch to API ready), up_s (whole `up`)
 
     def kube(self, **kwargs) -> Kube:
-        return Kube(load_kubeconfig(self.kubeconfig), **kwargs)
+        return Kube.from_kubeconfig(self.kubeconfig, **kwargs)
 
 
 def default_folder() -> Path:
@@ -78,7 +78,7 @@ def _wait(what: str, proc: subprocess.Popen, log: Path, probe, timeout: float = 
         try:
             if probe():
                 return
-        except httpx.HTTPError:
+        except httpx2.HTTPError:
             pass
         time.sleep(0.1)
     raise Dl2Error(f"{what} was not ready within {timeout:.0f} s; see {log}")
@@ -116,7 +116,7 @@ def up(folder: Path | None = None, log=print, detach: bool = True) -> Testbed:
             f"--advertise-client-urls={etcd_url}", f"--listen-peer-urls=http://127.0.0.1:{peer}",
             f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}", f"--initial-cluster=dl2=http://127.0.0.1:{peer}",
             "--unsafe-no-fsync=true", "--log-level=warn"], folder / "etcd.log", detach)
-        _wait("etcd", procs["etcd"], folder / "etcd.log", lambda: httpx.get(f"{etcd_url}/health", timeout=1).status_code == 200)
+        _wait("etcd", procs["etcd"], folder / "etcd.log", lambda: httpx2.get(f"{etcd_url}/health", timeout=1).status_code == 200)
         port = _free_port()
         server = f"https://127.0.0.1:{port}"
         procs["kube-apiserver"] = _start(binaries.path("kube-apiserver"), [
@@ -131,7 +131,7 @@ def up(folder: Path | None = None, log=print, detach: bool = True) -> Testbed:
         headers = {"Authorization": f"Bearer {creds.token}"}
         tls = ssl.create_default_context(cafile=str(creds.ca))
         _wait("kube-apiserver", procs["kube-apiserver"], folder / "kube-apiserver.log",
-              lambda: httpx.get(f"{server}/readyz", headers=headers, verify=tls, timeout=2).status_code == 200)
+              lambda: httpx2.get(f"{server}/readyz", headers=headers, verify=tls, timeout=2).status_code == 200)
         start_s = time.perf_counter() - launch
         kubeconfig = folder / "kubeconfig"
         write_text_atomic(kubeconfig, _kubeconfig(server, creds))
@@ -140,7 +140,7 @@ def up(folder: Path | None = None, log=print, detach: bool = True) -> Testbed:
             f"--kubeconfig={kubeconfig}", f"--config={KWOK_STAGES}", f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
             f"--server-address=127.0.0.1:{kwok_port}", f"--node-port={kwok_port}", "--node-ip=127.0.0.1",
             "--cidr=10.0.0.1/16"], folder / "kwok.log", detach)
-        kube = Kube(load_kubeconfig(kubeconfig))
+        kube = Kube.from_kubeconfig(kubeconfig)
         try:
             install_crd(kube)
         finally:
