@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # One command for users with Docker: create the kind cluster, build and load the dl2 image, install the
-# DL2Job CRD, advertise fake GPUs on the workers and start the dl2 scheduler. Needs docker, kind, kubectl.
+# DL2Job CRD, advertise the dl2 CPU and GPU slots on the workers (extended resources dl2.io/cpu-slots and
+# dl2.io/gpu-slots, which task pods request) and start the dl2 scheduler (two replicas, one elected by a
+# Lease). Task pods hold their place and progress is emulated from the speed table; for pods that really
+# train, use `dl2 testbed up --kind` (README, "The kind testbed"). Needs docker, kind, kubectl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CLUSTER="${CLUSTER:-dl2}"
-GPUS_PER_NODE="${GPUS_PER_NODE:-8}"
+SLOTS_PER_NODE="${SLOTS_PER_NODE:-8}"  # the paper's servers: 8 CPU and 8 GPU slots each
 for tool in docker kind kubectl; do
   command -v "$tool" >/dev/null || { echo "kind-up: $tool is not on PATH" >&2; exit 2; }
 done
@@ -15,8 +18,9 @@ kind load docker-image dl2:latest --name "$CLUSTER"
 kubectl apply -f src/dl2/k8s/manifests/dl2job-crd.yaml
 kubectl wait --for condition=established --timeout=60s crd/dl2jobs.dl2.io
 for node in $(kubectl get nodes -l dl2.io/pool=dl2 -o name); do
-  kubectl patch "$node" --subresource=status --type=json \
-    -p "[{\"op\": \"add\", \"path\": \"/status/capacity/nvidia.com~1gpu\", \"value\": \"$GPUS_PER_NODE\"}]"
+  kubectl patch "$node" --subresource=status --type=json -p "[
+    {\"op\": \"add\", \"path\": \"/status/capacity/dl2.io~1cpu-slots\", \"value\": \"$SLOTS_PER_NODE\"},
+    {\"op\": \"add\", \"path\": \"/status/capacity/dl2.io~1gpu-slots\", \"value\": \"$SLOTS_PER_NODE\"}]"
 done
 kubectl apply -f deploy/manifests/scheduler.yaml
 kubectl -n dl2 rollout status deployment/dl2-scheduler --timeout=180s

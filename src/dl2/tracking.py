@@ -109,6 +109,31 @@ def log_metrics(metrics: Mapping[str, float], prefix: str = "") -> None:
     mlflow.log_metrics(clean)
 
 
+def log_scheduler_run(namespace: str, params: Mapping[str, Any], jobs: list[dict], slots: int) -> str:
+    """One finished MLflow run for a `dl2 k8s-scheduler run` (tag `dl2.stage: k8s-scheduler`): its `params`,
+    and from the DL2Jobs' status each succeeded job's JCT (`jct.<job>`, slots), their mean (`avg_jct`), the
+    slots run and, where pods really trained, each job's acknowledged steps and last loss. Returns its id."""
+    client = MlflowClient(tracking_uri())
+    tags = {"dl2.stage": "k8s-scheduler", "dl2.namespace": namespace, "mlflow.source.git.commit": git_commit()}
+    run_id = client.create_run(experiment_id(), run_name=f"k8s-scheduler-{namespace}", tags=tags).info.run_id
+    _log_params(client, run_id, params)
+    now = int(time.time() * 1000)
+    metrics, jcts = [Metric("slots", float(slots), now, 0)], []
+    for job in jobs:
+        name, status = job["metadata"]["name"], job.get("status", {})
+        if status.get("phase") == "Succeeded":
+            jcts.append(float(status["jct"]))
+            metrics.append(Metric(f"jct.{name}", jcts[-1], now, 0))
+        for key in ("steps", "loss"):
+            if key in status.get("training", {}):
+                metrics.append(Metric(f"{key}.{name}", float(status["training"][key]), now, 0))
+    if jcts:
+        metrics.append(Metric("avg_jct", sum(jcts) / len(jcts), now, 0))
+    client.log_batch(run_id, metrics=metrics)
+    client.set_terminated(run_id, "FINISHED")
+    return run_id
+
+
 def log_ablation_cells(ablation: AblationPlan, table: pd.DataFrame, curve_frame: pd.DataFrame, parent_run_id: str | None) -> None:
     """One MLflow run per cell, tagged with the axis and the cell (nested under the stage's run): the
     cell's parameters, its summary row, and each seed's learning curve."""

@@ -13,6 +13,14 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.k8s)
 
 
+@pytest.fixture(autouse=True)
+def mlflow_store(tmp_path, monkeypatch) -> str:
+    """Each test's own MLflow store (`dl2 k8s-scheduler run` records its runs), never the repository's."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    return uri
+
+
 @pytest.fixture(scope="package")
 def testbed(tmp_path_factory):
     """Up for the tests of this package only, so it does not run beside the rest of the suite."""

@@ -12,19 +12,22 @@ import yaml
 
 from dl2.k8s.backend import KubeCluster
 from dl2.k8s.jobs import trace_manifests
-from dl2.k8s.resources import DL2Job, crd_manifest
+from dl2.k8s.resources import RESTRICTED_CONTAINER, DL2Job, crd_manifest, scheduler_rbac
 from dl2.paths import PACKAGE_DIR
 
 from .support import PRESET, assert_simulator_jcts, params_file, scenario, space, submitted, trace
 
 DEPLOY = PACKAGE_DIR.parents[1] / "deploy"
+
+
 def _scheduler_manifests() -> list[dict]:
     return [d for d in yaml.safe_load_all((DEPLOY / "manifests" / "scheduler.yaml").read_text()) if d]
 
 
 def test_manifests_pass_server_side_dry_run(kube):
     docs = _scheduler_manifests()
-    assert {d["kind"] for d in docs} == {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment"}
+    assert {d["kind"] for d in docs} == {"Namespace", "ServiceAccount", "Role", "RoleBinding", "ClusterRole",
+                                         "ClusterRoleBinding", "Deployment"}
     namespace = next(d for d in docs if d["kind"] == "Namespace")
     kube.create(namespace)  # namespaced objects are checked against an existing namespace
     for doc in [*docs, crd_manifest()]:
@@ -38,6 +41,19 @@ def test_manifests_pass_server_side_dry_run(kube):
     assert kube.list(DL2Job, ns) == []
 
 
+def test_the_deployment_has_least_privilege_safe_pods_and_two_replicas_that_elect_one():
+    docs = _scheduler_manifests()
+    assert [d for d in docs if d["kind"] not in ("Namespace", "Deployment")] == scheduler_rbac("dl2")
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert deployment["spec"]["replicas"] == 2 and pod["serviceAccountName"] == "dl2-scheduler"
+    container = pod["containers"][0]
+    assert container["securityContext"] == RESTRICTED_CONTAINER
+    lease = [a for a in container["args"] if a.startswith("--lease-seconds=")]
+    assert lease and float(lease[0].split("=")[1]) > 0, "the replicas elect one with a Lease"
+    assert "USER 65532:65532" in (DEPLOY / "Dockerfile").read_text()
+
+
 def test_kind_config_and_script_agree_with_the_scheduler():
     config = yaml.safe_load((DEPLOY / "kind-cluster.yaml").read_text())
     workers = [n for n in config["nodes"] if n["role"] == "worker"]
@@ -45,7 +61,8 @@ def test_kind_config_and_script_agree_with_the_scheduler():
     assert sorted(int(n["labels"]["dl2.io/node-index"]) for n in workers) == list(range(len(workers)))
     script = (DEPLOY / "kind-up.sh").read_text()
     for step in ("kind create cluster", "docker build -f deploy/Dockerfile", "kind load docker-image",
-                 "dl2job-crd.yaml", "nvidia.com~1gpu", "deploy/manifests/scheduler.yaml"):
+                 "dl2job-crd.yaml", "dl2.io~1cpu-slots", "dl2.io~1gpu-slots",
+                 "deploy/manifests/scheduler.yaml"):
         assert step in script
     subprocess.run(["bash", "-n", str(DEPLOY / "kind-up.sh")], check=True)
 

@@ -18,7 +18,7 @@ from lightkube.resources.core_v1 import Namespace, Node
 from dl2.errors import Dl2Error
 from dl2.k8s import build
 from dl2.k8s.client import ApiError, Kube, load_config
-from dl2.k8s.resources import GPU, POOL_LABEL, crd_manifest, create_nodes, install_crd
+from dl2.k8s.resources import POOL_LABEL, crd_manifest, create_nodes, install_crd, slots
 
 from .support import PRESET, params_file
 
@@ -28,7 +28,7 @@ def test_nodes_mirror_the_presets_cluster(kube):
     nodes = kube.list(Node, labels={POOL_LABEL: "mirror"})
     assert sorted(n["metadata"]["name"] for n in nodes) == names
     for node in nodes:
-        assert node["status"]["allocatable"]["cpu"] == "8" and node["status"]["allocatable"][GPU] == "8"
+        assert slots(node) == (PRESET.node_cpu, PRESET.node_gpu)  # the scheduler's CPU and GPU slots
         assert any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"]["conditions"])  # KWOK's doing
 
 

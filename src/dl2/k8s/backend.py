@@ -15,8 +15,8 @@ credentials) and reconnects when loaded, so a training checkpoint holding it res
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -26,63 +26,53 @@ from lightkube.resources.core_v1 import ConfigMap, Node, Pod
 from dl2.errors import Dl2Error
 from dl2.k8s import jobs as dl2jobs
 from dl2.k8s.client import ApiError, Kube
-from dl2.k8s.emulator import ProgressEmulator
-from dl2.k8s.resources import CLOCK, GPU, JOB_LABEL, NODE_INDEX_LABEL, POOL_LABEL, DL2Job, ensure_namespace, is_ready, pod_manifest
+from dl2.k8s.resources import CLOCK, JOB_LABEL, NODE_INDEX_LABEL, POOL_LABEL, DL2Job, ensure_namespace, is_ready, slots
+from dl2.k8s.workloads import Emulated, Workload
 from dl2.schedulers.base import Allocation, Observation
 from dl2.sim import engine
 from dl2.sim.scenario import Scenario
 from dl2.sim.state import make_cluster, make_jobs
 from dl2.workload.traces import Trace
 
+STOP_MARGIN_S = 30  # how long past its grace period a deleted pod may take to go before it is force-deleted
+
 ROLE_NAMES = ("worker", "ps")
-
-
-def quantity(text: str) -> int:
-    """Whole units of a Kubernetes quantity such as `8`, `8000m` or `2k` (rounded down)."""
-    text = str(text)
-    if text.endswith("m"):
-        return int(text[:-1]) // 1000
-    if text.endswith("k"):
-        return int(text[:-1]) * 1000
-    return int(float(text))
 
 
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def pod_name(job: str, role: str, node: str, k: int) -> str:
-    """Pods are named by job, role, node and ordinal, so a pod's name says where it belongs."""
-    return f"{job}-{role}-{hashlib.sha1(node.encode()).hexdigest()[:6]}-{k}"
-
-
 class KubeCluster:
     """DL2Jobs of one namespace on the Ready nodes of one pool (nodes labelled `dl2.io/pool=<pool>`)."""
 
-    def __init__(self, kube: Kube, scenario: Scenario, namespace: str, pool: str, kubeconfig: str | None = None):
+    def __init__(self, kube: Kube, scenario: Scenario, namespace: str, pool: str, kubeconfig: str | None = None,
+                 workload: Workload | None = None):
         self.kube, self.scenario, self.namespace, self.pool = kube, scenario, namespace, pool
         self.kubeconfig = kubeconfig  # where `kube` connected from: what a pickled KubeCluster reconnects with
         self.table = scenario.table
         self.catalog = scenario.catalog
-        self.emulator = ProgressEmulator(kube, namespace, scenario.true_table, scenario.options.fine_grained_jct)
+        # what the pods run and where progress comes from; by default the emulator's placeholders (KWOK)
+        self.workload = workload or Emulated(namespace, scenario.true_table, scenario.options.fine_grained_jct)
         self.stats: list[np.ndarray] = []
         self._view: dict | None = None
 
     @classmethod
-    def connect(cls, kubeconfig: str | Path, scenario: Scenario, namespace: str, pool: str) -> KubeCluster:
+    def connect(cls, kubeconfig: str | Path, scenario: Scenario, namespace: str, pool: str,
+                workload: Workload | None = None) -> KubeCluster:
         """A backend on the cluster `kubeconfig` points at, which checkpoints can hold (see the module docstring)."""
-        return cls(Kube.from_kubeconfig(kubeconfig), scenario, namespace, pool, str(kubeconfig))
+        return cls(Kube.from_kubeconfig(kubeconfig), scenario, namespace, pool, str(kubeconfig), workload)
 
     def __getstate__(self) -> dict:
         if self.kubeconfig is None:
             raise TypeError("a KubeCluster checkpoints only when made with KubeCluster.connect(kubeconfig, ...)")
-        state = {k: v for k, v in self.__dict__.items() if k not in ("kube", "emulator", "_view")}
+        state = {k: v for k, v in self.__dict__.items() if k not in ("kube", "_view")}
         return {**state, "slot_open": self._view is not None}
 
     def __setstate__(self, state: dict) -> None:
         slot_open = state.pop("slot_open")
         self.__init__(Kube.from_kubeconfig(state["kubeconfig"]), state["scenario"], state["namespace"], state["pool"],
-                      state["kubeconfig"])
+                      state["kubeconfig"], state["workload"])
         self.stats = state["stats"]
         if slot_open:
             self.observe()  # the open slot was never applied: observe it again
@@ -133,9 +123,10 @@ class KubeCluster:
 
     def census(self) -> dict[str, int]:
         """DL2Jobs by phase (waiting: not arrived or not admitted yet; running; done: succeeded or failed) and
-        the task pods bound to nodes."""
+        the task pods bound to nodes and not being deleted."""
         phases = [j.get("status", {}).get("phase") for j in self.jobs()]
-        bound = [p for p in self.kube.list(Pod, self.namespace, labels={JOB_LABEL: None}) if p["spec"].get("nodeName")]
+        bound = [p for p in self.kube.list(Pod, self.namespace, labels={JOB_LABEL: None})
+                 if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")]
         done = sum(phase in dl2jobs.TERMINAL for phase in phases)
         running = phases.count("Running")
         return {"waiting": len(phases) - done - running, "running": running, "done": done, "tasks": len(bound)}
@@ -165,8 +156,7 @@ class KubeCluster:
         nodes = self.nodes()
         if not nodes:
             raise Dl2Error(f"no Ready node carries the label {POOL_LABEL}={self.pool} (create the testbed's nodes first)")
-        capacity = (min(quantity(n["status"]["allocatable"].get("cpu", 0)) for n in nodes),
-                    min(quantity(n["status"]["allocatable"].get(GPU, 0)) for n in nodes))
+        capacity = tuple(min(column) for column in zip(*(slots(n) for n in nodes)))
         p = self.scenario.preset
         active, specs = self._admit(slot, capacity, p.max_tasks)
         n = len(active)
@@ -219,8 +209,8 @@ class KubeCluster:
         for name, role, node in tasks:
             per_job[name].append((role, node))
         self._show_allocation(slot, active, per_job)
-        changes = self._reconcile_pods({j["metadata"]["name"]: j for j in active}, per_job, view["specs"])
-        reward, completed = self.emulator.advance(slot, active, [s.model for s in view["specs"]], node_names)
+        changes = self._reconcile_pods(slot, active, per_job, view["specs"])
+        reward, completed = self.workload.advance(self.kube, slot, active, view["specs"], node_names)
         if completed:
             self._delete_pods(set(completed))
         self._record(view, tasks, changes, reward)
@@ -288,33 +278,52 @@ class KubeCluster:
             if job["status"].get("allocation") != allocation:
                 job.update(self._patch_status(job, {"allocation": allocation}))
 
-    def _reconcile_pods(self, active: dict[str, dict], per_job: dict, specs) -> int:
-        """Make the pods match the allocation: delete the others, create and bind the missing; returns changes."""
-        demand = {name: spec for name, spec in zip(active, specs)}
-        desired: dict[str, tuple[str, str, str]] = {}
-        for name, tasks in per_job.items():
-            seen: dict[tuple[str, str], int] = defaultdict(int)
-            for role, node in sorted(tasks):
-                desired[pod_name(name, role, node, seen[role, node])] = (name, role, node)
-                seen[role, node] += 1
-        changes = 0
-        existing = {}
+    def _reconcile_pods(self, slot: int, active: list[dict], per_job: dict, specs) -> int:
+        """Make the pods match the workload's wishes for the allocation: delete the others, create and bind the
+        missing; returns the pods created and deleted."""
+        existing: dict[str, list[dict]] = defaultdict(list)
         for pod in self.kube.list(Pod, self.namespace, labels={JOB_LABEL: None}):
-            pod_meta = pod["metadata"]
-            if pod_meta["name"] in desired and not pod_meta.get("deletionTimestamp"):
-                existing[pod_meta["name"]] = pod
+            existing[pod["metadata"]["labels"][JOB_LABEL]].append(pod)
+        desired: dict[str, tuple[dict, str]] = {}
+        for job, spec in zip(active, specs):
+            name = job["metadata"]["name"]
+            desired.update(self.workload.pods(job, spec, per_job.get(name, []), slot, existing.get(name, [])))
+        changes = 0
+        kept, going = set(), set()
+        for pod in (p for pods in existing.values() for p in pods):
+            meta = pod["metadata"]
+            if meta["name"] in desired and not meta.get("deletionTimestamp"):
+                kept.add(meta["name"])
+                if not pod["spec"].get("nodeName"):
+                    self.kube.bind(meta["name"], desired[meta["name"]][1], self.namespace)
             else:
-                self.kube.delete(Pod, pod_meta["name"], self.namespace)
+                going.add(meta["name"])
+                if not meta.get("deletionTimestamp"):
+                    self.kube.delete(Pod, meta["name"], self.namespace, grace_seconds=self.workload.grace_seconds)
+                    changes += 1
+        if self.workload.grace_seconds and any(name not in kept for name in desired):
+            self._await_gone(going)
+        for name, (manifest, node) in desired.items():
+            if name not in kept:
+                self.kube.create(manifest)
+                self.kube.bind(name, node, self.namespace)
                 changes += 1
-        for pod, (name, role, node) in desired.items():
-            if pod not in existing:
-                spec = demand[name]
-                task_demand = spec.worker_demand if role == "worker" else spec.ps_demand
-                self.kube.create(pod_manifest(active[name], pod, role, task_demand))
-                changes += 1
-            if pod not in existing or not existing[pod]["spec"].get("nodeName"):
-                self.kube.bind(pod, node, self.namespace)
         return changes
+
+    def _await_gone(self, names: set[str]) -> None:
+        """Wait until the pods `names` have stopped: a kubelet counts a terminating pod's resources until it is
+        gone, and refuses a new pod that does not fit beside it. Pods still there `STOP_MARGIN_S` after their
+        grace period (their node is lost) are removed without waiting for their kubelet."""
+        deadline = time.monotonic() + self.workload.grace_seconds + STOP_MARGIN_S
+        while names:
+            present = {p["metadata"]["name"] for p in self.kube.list(Pod, self.namespace, labels={JOB_LABEL: None})}
+            names = names & present
+            if names and time.monotonic() > deadline:
+                for name in names:
+                    self.kube.delete(Pod, name, self.namespace, grace_seconds=0)
+                return
+            if names:
+                time.sleep(0.5)
 
     def _delete_pods(self, names: set[str] | None) -> None:
         """Delete the task pods of the jobs `names` (None: of every job)."""

@@ -19,16 +19,30 @@ def _scenario(args: argparse.Namespace):
     return Scenario(get_preset(args.preset, args.params), SimOptions(assign_bundle=args.assign_bundle))
 
 
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
 def cmd_testbed_up(args: argparse.Namespace) -> None:
     from dl2.errors import Dl2Error
     from dl2.k8s import testbed
     from dl2.k8s.resources import create_nodes
     from dl2.workload.presets import get_preset
 
+    if args.kind:
+        from dl2.k8s import kind
+
+        cluster = kind.up(args.folder, workers=args.workers, log=_log)
+        print(json.dumps({"kubeconfig": str(cluster.kubeconfig), "server": cluster.server, "control_plane": cluster.control_plane,
+                          "workers": cluster.workers, "pool": kind.POOL, "node_image": cluster.node_image,
+                          "runtime_image": cluster.runtime_image, "images": cluster.images_source,
+                          "shared": {"host": str(cluster.shared), "node": kind.SHARED_IN_NODE},
+                          "timings": cluster.timings}, indent=2))
+        return
     if not args.local:
-        raise Dl2Error("only the local testbed starts from here (`dl2 testbed up --local`); for kind run deploy/kind-up.sh")
+        raise Dl2Error("say which testbed: `dl2 testbed up --local` (no Docker) or `dl2 testbed up --kind`")
     preset = get_preset(args.preset, args.params)
-    bed = testbed.up(args.folder, log=lambda m: print(m, file=sys.stderr))
+    bed = testbed.up(args.folder, log=_log)
     kube = bed.kube()
     try:
         started = time.perf_counter()
@@ -44,18 +58,33 @@ def cmd_testbed_up(args: argparse.Namespace) -> None:
 
 
 def cmd_testbed_down(args: argparse.Namespace) -> None:
+    if args.kind:
+        from dl2.k8s import kind
+
+        print(json.dumps({"removed": kind.down(args.folder)}))
+        return
     from dl2.k8s import testbed
 
     print(json.dumps({"stopped": testbed.down(args.folder)}))
 
 
 def cmd_testbed_status(args: argparse.Namespace) -> None:
+    if args.kind:
+        from dl2.k8s import kind
+
+        print(json.dumps(kind.status(args.folder), indent=2))
+        return
     from dl2.k8s import testbed
 
     print(json.dumps(testbed.status(args.folder), indent=2))
 
 
 def cmd_testbed_kubeconfig(args: argparse.Namespace) -> None:
+    if args.kind:
+        from dl2.k8s import kind
+
+        print(kind.kubeconfig(args.folder))
+        return
     from dl2.k8s import testbed
 
     print(testbed.load(args.folder).kubeconfig)
@@ -64,7 +93,15 @@ def cmd_testbed_kubeconfig(args: argparse.Namespace) -> None:
 def cmd_testbed_build(args: argparse.Namespace) -> None:
     from dl2.k8s.build import ensure_binaries
 
-    binaries = ensure_binaries(lambda m: print(m, file=sys.stderr))
+    if args.kind:
+        from dl2.k8s import kind
+
+        binaries, images = kind.build(_log)
+        print(json.dumps({"folder": str(binaries.folder), "build_s": binaries.build_seconds, "images": str(images.folder),
+                          "node_image": images.node, "runtime_image": images.runtime, "images_build_s": images.build_seconds,
+                          "image_steps_s": images.steps}, indent=2))
+        return
+    binaries = ensure_binaries(_log)
     print(json.dumps({"folder": str(binaries.folder), "build_s": binaries.build_seconds}))
 
 
@@ -87,12 +124,32 @@ def cmd_testbed_submit(args: argparse.Namespace) -> None:
 
 
 def _kubeconfig(args: argparse.Namespace) -> Path | None:
-    """--kubeconfig, else the local testbed's (if one runs), else in-cluster (None)."""
+    """--kubeconfig; else in-cluster (None) with --in-cluster; else the kind testbed's with --kind; else the
+    local testbed's."""
     if args.kubeconfig is not None or args.in_cluster:
         return args.kubeconfig
+    if args.kind:
+        from dl2.k8s import kind
+
+        return kind.kubeconfig(args.kind_folder)
     from dl2.k8s import testbed
 
     return testbed.load(None).kubeconfig
+
+
+def _workload(args: argparse.Namespace, scenario):
+    """What the pods run: real training on the kind testbed (--trained), else the emulator's placeholders."""
+    if not args.trained:
+        return None
+    if not args.kind:
+        from dl2.errors import Dl2Error
+
+        raise Dl2Error("--trained runs real training pods on the kind testbed: add --kind (after `dl2 testbed up --kind`)")
+    from dl2.k8s import kind
+    from dl2.k8s.workloads import Trained
+
+    return Trained(args.namespace, scenario.catalog.names, kind.pod_runtime(args.kind_folder), args.slot_seconds,
+                   scenario.options.fine_grained_jct)
 
 
 def cmd_scheduler_run(args: argparse.Namespace) -> None:
@@ -107,13 +164,21 @@ def cmd_scheduler_run(args: argparse.Namespace) -> None:
     kube = Kube.from_kubeconfig(_kubeconfig(args))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # SystemExit: the lease is released on the way out
     try:
-        backend = KubeCluster(kube, _scenario(args), args.namespace, args.pool)
+        scenario = _scenario(args)
+        backend = KubeCluster(kube, scenario, args.namespace, args.pool, workload=_workload(args, scenario))
         lease = Lease(kube, args.namespace, duration=args.lease_seconds) if args.lease_seconds > 0 else None
         say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
         slots = run(backend, scheduler, args.slot_seconds, args.max_slots, args.until_done, log=say,
                     progress=None if args.quiet else say, lease=lease)
         jct = {job_name(job): value for job, value in sorted(backend.jct().items())}  # as kubectl names the DL2Jobs
-        print(json.dumps({"slots": slots, "slot": backend.slot, "jct": jct}, indent=2))
+        result = {"slots": slots, "slot": backend.slot, "jct": jct}
+        if not args.no_mlflow:
+            from dl2 import tracking
+
+            params = {"policy": args.policy, "preset": args.preset, "pool": args.pool, "slot_seconds": args.slot_seconds,
+                      "trained": args.trained, "assign_bundle": args.assign_bundle}
+            result["mlflow_run"] = tracking.log_scheduler_run(args.namespace, params, backend.jobs(), slots)
+        print(json.dumps(result, indent=2))
     finally:
         kube.close()
 
@@ -127,25 +192,32 @@ def cmd_scheduler_task(args: argparse.Namespace) -> None:
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    tb = sub.add_parser("testbed", help="a local Kubernetes control plane (etcd, kube-apiserver, KWOK)")
+    tb = sub.add_parser("testbed", help="a Kubernetes testbed: local (etcd, kube-apiserver, KWOK) or kind (Docker)")
     tb = tb.add_subparsers(dest="action", required=True)
     folder = argparse.ArgumentParser(add_help=False)
-    folder.add_argument("--folder", type=Path, default=None, help="the testbed's folder (default: ~/.cache/dl2/testbed/run)")
-    up = tb.add_parser("up", parents=[folder], help="build (first time) and start the testbed; prints its kubeconfig path")
+    folder.add_argument("--folder", type=Path, default=None,
+                        help="the testbed's folder (default: ~/.cache/dl2/testbed/run, or .../kind with --kind)")
+    which = argparse.ArgumentParser(add_help=False)
+    which.add_argument("--kind", action="store_true", help="the kind testbed (a multi-node cluster in Docker) instead of the local one")
+    up = tb.add_parser("up", parents=[folder, which], help="build (first time) and start the testbed; prints its kubeconfig path")
     up.add_argument("--local", action="store_true", help="the Docker-free local control plane")
-    up.add_argument("--preset", default="paper", help="nodes mirror this preset's cluster (default: paper)")
+    up.add_argument("--preset", default="paper", help="local: nodes mirror this preset's cluster (default: paper)")
     up.add_argument("--params", type=Path, default=None)
-    up.add_argument("--nodes", type=int, default=None, help="how many nodes (default: the preset's num_nodes)")
-    up.add_argument("--pool", default=DEFAULT_POOL, help=f"node pool label dl2.io/pool (default: {DEFAULT_POOL})")
+    up.add_argument("--nodes", type=int, default=None, help="local: how many nodes (default: the preset's num_nodes)")
+    up.add_argument("--pool", default=DEFAULT_POOL, help=f"local: node pool label dl2.io/pool (default: {DEFAULT_POOL})")
+    up.add_argument("--workers", type=int, default=3, help="kind: how many worker nodes (default: 3)")
     up.set_defaults(func=cmd_testbed_up)
-    for name, func, text in (("down", cmd_testbed_down, "stop the testbed's processes"),
-                             ("status", cmd_testbed_status, "which of its processes run; timings"),
+    for name, func, text in (("down", cmd_testbed_down, "stop the testbed (kind: remove its nodes, network, rules and daemon)"),
+                             ("status", cmd_testbed_status, "which of its processes or nodes run; timings"),
                              ("kubeconfig", cmd_testbed_kubeconfig, "print the kubeconfig path")):
-        tb.add_parser(name, parents=[folder], help=text).set_defaults(func=func)
-    tb.add_parser("build", help="build etcd, kube-apiserver, kubectl and KWOK into the cache").set_defaults(func=cmd_testbed_build)
+        tb.add_parser(name, parents=[folder, which], help=text).set_defaults(func=func)
+    tb.add_parser("build", parents=[which], help="build the binaries into the cache (--kind: and the node and runtime images)"
+                  ).set_defaults(func=cmd_testbed_build)
     connect = argparse.ArgumentParser(add_help=False)
-    connect.add_argument("--kubeconfig", type=Path, default=None, help="default: the local testbed's")
+    connect.add_argument("--kubeconfig", type=Path, default=None, help="default: the local testbed's (--kind: the kind testbed's)")
     connect.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
+    connect.add_argument("--kind", action="store_true", help="the kind testbed (`dl2 testbed up --kind`)")
+    connect.add_argument("--kind-folder", type=Path, default=None, help="the kind testbed's folder (default: its default)")
     connect.add_argument("--namespace", default="default")
     submit = tb.add_parser("submit", parents=[connect], help="submit a trace CSV as DL2Jobs")
     submit.add_argument("--trace", type=Path, required=True)
@@ -165,7 +237,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     runp.add_argument("--lease-seconds", type=float, default=15.0,
                       help="act only while holding the namespace's Lease, renewed within this many seconds; 0: no lease "
                            "(default 15: of several schedulers of a namespace, one acts)")
+    runp.add_argument("--trained", action="store_true",
+                      help="with --kind: PS and worker pods really train (python -m dl2.k8s.training) and report their "
+                           "progress; without: pods hold their place and the emulator gives progress from the speed table")
     runp.add_argument("--quiet", action="store_true", help="no line per slot on stderr")
+    runp.add_argument("--no-mlflow", action="store_true", help="do not record the run (params, per-job JCTs) in the MLflow store")
     runp.set_defaults(func=cmd_scheduler_run)
     task = ks.add_parser("task", help="a task pod's process (holds its place; progress is emulated)")
     task.add_argument("--job", required=True)

@@ -140,11 +140,13 @@ class Kube:
         return self._call(f"PATCH {_what(kind, name, namespace)}", lambda: self.client.patch(
             kind, name, patch, namespace=namespace, patch_type=PatchType.MERGE))
 
-    def delete(self, kind: Kind, name: str, namespace: str | None = None, missing_ok: bool = True) -> None:
-        """Delete at once (grace period 0); a missing object is fine unless `missing_ok` is False."""
+    def delete(self, kind: Kind, name: str, namespace: str | None = None, missing_ok: bool = True,
+               grace_seconds: int = 0) -> None:
+        """Delete, at once by default (a pod may be given `grace_seconds` to stop after its SIGTERM); a missing
+        object is fine unless `missing_ok` is False."""
         try:
             self._call(f"DELETE {_what(kind, name, namespace)}",
-                       lambda: self.client.delete(kind, name, namespace=namespace, grace_period=0))
+                       lambda: self.client.delete(kind, name, namespace=namespace, grace_period=grace_seconds))
         except ApiError as exc:
             if exc.status != 404 or not missing_ok:
                 raise

@@ -57,23 +57,25 @@ class ProgressEmulator:
                 end = float(arr.end[i])
                 status.update(phase="Succeeded", endSlot=end, **jct_status(end - float(arr.arrival[i]) + 1.0))
                 done.append(names[i])
-            self._write(jobs[k], slot, status)
+            write_once(self.kube, self.namespace, jobs[k], slot, status)
         return float(reward), done
 
-    def _write(self, job: dict, slot: int, status: dict) -> None:
-        """Patch the status if this slot is not counted yet; on a conflict re-read and check again."""
-        name = job["metadata"]["name"]
-        current = {"job": job}
 
-        def attempt() -> None:
-            if current["job"]["status"].get("progressSlot", -1) >= slot:
-                return
-            body = {"metadata": {"resourceVersion": current["job"]["metadata"]["resourceVersion"]}, "status": status}
-            try:
-                self.kube.patch(DL2Job.Status, name, body, self.namespace)
-            except ApiError as exc:
-                if exc.status == 409:
-                    current["job"] = self.kube.get(DL2Job, name, self.namespace)
-                raise
+def write_once(kube: Kube, namespace: str, job: dict, slot: int, status: dict) -> None:
+    """Patch `status` into the job's if `slot` is not counted yet (`progressSlot`); the write carries the
+    resourceVersion read, and on a conflict the job is read again and checked again."""
+    name = job["metadata"]["name"]
+    current = {"job": job}
 
-        self.kube.on_conflict(attempt)
+    def attempt() -> None:
+        if current["job"]["status"].get("progressSlot", -1) >= slot:
+            return
+        body = {"metadata": {"resourceVersion": current["job"]["metadata"]["resourceVersion"]}, "status": status}
+        try:
+            kube.patch(DL2Job.Status, name, body, namespace)
+        except ApiError as exc:
+            if exc.status == 409:
+                current["job"] = kube.get(DL2Job, name, namespace)
+            raise
+
+    kube.on_conflict(attempt)

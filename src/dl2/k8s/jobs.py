@@ -15,7 +15,7 @@ TERMINAL = ("Succeeded", "Failed")
 
 @dataclass(frozen=True)
 class JobSpec:
-    """A checked DL2Job spec: model id, epochs, demands [cpu, gpu] per worker and per PS, limits."""
+    """A checked DL2Job spec: model id, epochs, demands [cpu, gpu] slots per worker and per PS, limits, mode."""
 
     model: int
     epochs: float
@@ -25,6 +25,7 @@ class JobSpec:
     max_ps: int
     arrival_slot: int | None
     job_id: int | None
+    mode: str = "sync"  # how its workers update the parameters: sync or async
 
 
 def check_spec(job: dict, catalog: Catalog, node_capacity: tuple[int, int], max_tasks: int) -> JobSpec | str:
@@ -45,14 +46,17 @@ def check_spec(job: dict, catalog: Catalog, node_capacity: tuple[int, int], max_
         demands.append((cpu, gpu))
     bundle = (demands[0][0] + demands[1][0], demands[0][1] + demands[1][1])
     if bundle[0] > node_capacity[0] or bundle[1] > node_capacity[1]:
-        return (f"spec: a worker plus a PS need {bundle[0]} cpu and {bundle[1]} nvidia.com/gpu, "
-                f"more than one node holds ({node_capacity[0]} cpu, {node_capacity[1]} gpu)")
+        return (f"spec: a worker plus a PS need {bundle[0]} CPU and {bundle[1]} GPU slots, "
+                f"more than one node holds ({node_capacity[0]} CPU, {node_capacity[1]} GPU slots)")
     limits = spec.get("limits") or {}
     max_workers, max_ps = limits.get("maxWorkers", max_tasks), limits.get("maxPS", max_tasks)
     if max_workers > max_tasks or max_ps > max_tasks:
         return f"spec.limits: at most {max_tasks} workers and {max_tasks} PS per job on this scheduler, got {limits!r}"
+    mode = spec.get("mode", "sync")
+    if mode not in ("sync", "async"):
+        return f"spec.mode: expected sync or async, got {mode!r}"
     return JobSpec(catalog.index(model), float(epochs), demands[0], demands[1], max_workers, max_ps,
-                   spec.get("arrivalSlot"), spec.get("jobId"))
+                   spec.get("arrivalSlot"), spec.get("jobId"), mode)
 
 
 def job_name(job_id: int) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
-from lightkube.resources.core_v1 import Node
+from lightkube.resources.core_v1 import Node, NodeStatus
 
 from dl2.errors import Dl2Error
 from dl2.k8s.client import ApiError, Kube
@@ -19,14 +19,13 @@ SCHEDULER_NAME = "dl2"
 POOL_LABEL = "dl2.io/pool"  # nodes dl2 schedules onto carry this label
 NODE_INDEX_LABEL = "dl2.io/node-index"
 JOB_LABEL, ROLE_LABEL = "dl2.io/job", "dl2.io/role"
-GPU = "nvidia.com/gpu"
+CPU_SLOTS, GPU_SLOTS = "dl2.io/cpu-slots", "dl2.io/gpu-slots"  # a node's slots (DESIGN §4), as extended resources
+GENERATION_LABEL = "dl2.io/generation"  # a trained job's configuration: the slot its PS and workers started in
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 CLOCK = "dl2-clock"  # the ConfigMap holding the slot clock and the slot's allocation
 LEASE = "dl2-scheduler"  # the Lease the schedulers of a namespace elect their leader with
 TASK_IMAGE = "dl2:latest"
 DL2Job = create_namespaced_resource(GROUP, VERSION, "DL2Job", PLURAL)  # lightkube's resource: DL2Job, DL2Job.Status
-
-
 
 
 def scheduler_rbac(namespace: str, account: str = "dl2-scheduler") -> list[dict]:
@@ -83,8 +82,8 @@ def ensure_namespace(kube: Kube, namespace: str) -> None:
 
 
 def node_manifest(name: str, index: int, pool: str, cpu: int, gpu: int) -> dict:
-    """A KWOK-simulated node with `cpu` cores and `gpu` nvidia.com/gpu, in dl2 pool `pool`."""
-    resources = {"cpu": str(cpu), "memory": "256Gi", "pods": "110", GPU: str(gpu)}
+    """A KWOK-simulated node with `cpu` CPU slots and `gpu` GPU slots, in dl2 pool `pool`."""
+    resources = {"cpu": str(cpu), "memory": "256Gi", "pods": "110", CPU_SLOTS: str(cpu), GPU_SLOTS: str(gpu)}
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -116,6 +115,19 @@ def create_nodes(kube: Kube, pool: str, num_nodes: int, cpu: int, gpu: int, time
     raise Dl2Error(f"KWOK did not mark the nodes of pool {pool!r} Ready within {timeout:.0f} s (is kwok running? see its log)")
 
 
+def advertise_slots(kube: Kube, node: str, cpu: int, gpu: int) -> None:
+    """Advertise a real node's slots (what the scheduler may place on it) as extended resources, as
+    `kubectl patch node --subresource=status` would; the kubelet keeps them and admits pods against them."""
+    slots = {CPU_SLOTS: str(cpu), GPU_SLOTS: str(gpu)}
+    kube.patch(NodeStatus, node, {"status": {"capacity": slots, "allocatable": slots}})
+
+
+def slots(node: dict) -> tuple[int, int]:
+    """The CPU and GPU slots a node advertises (0 where it advertises none)."""
+    allocatable = node.get("status", {}).get("allocatable", {})
+    return int(allocatable.get(CPU_SLOTS, 0)), int(allocatable.get(GPU_SLOTS, 0))
+
+
 def is_ready(node: dict) -> bool:
     conditions = node.get("status", {}).get("conditions", [])
     return not node.get("spec", {}).get("unschedulable") and any(
@@ -133,19 +145,19 @@ RESTRICTED_CONTAINER = {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 
                         "seccompProfile": {"type": "RuntimeDefault"}}
 
 
-def pod_manifest(job: dict, name: str, role: str, demand: tuple[int, int]) -> dict:
-    """A PS or worker pod of `job`, left unscheduled for the dl2 scheduler (`schedulerName: dl2`) to bind."""
+def pod_manifest(job: dict, name: str, role: str, demand: tuple[int, int], container: dict, labels: dict | None = None,
+                 volumes: list[dict] | None = None, grace_seconds: int = 0) -> dict:
+    """A PS or worker pod of `job` running `container` (image, command, ...), requesting the task's slots and
+    left unscheduled for the dl2 scheduler (`schedulerName: dl2`) to bind."""
     meta = job["metadata"]
-    requests = {"cpu": str(demand[0])}
-    if demand[1]:
-        requests[GPU] = str(demand[1])
+    requests = {CPU_SLOTS: str(demand[0]), GPU_SLOTS: str(demand[1])}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
             "name": name,
             "namespace": meta["namespace"],
-            "labels": {JOB_LABEL: meta["name"], ROLE_LABEL: role},
+            "labels": {JOB_LABEL: meta["name"], ROLE_LABEL: role, **(labels or {})},
             "ownerReferences": [{"apiVersion": f"{GROUP}/{VERSION}", "kind": "DL2Job", "name": meta["name"],
                                  "uid": meta["uid"], "controller": True}],
         },
@@ -153,14 +165,9 @@ def pod_manifest(job: dict, name: str, role: str, demand: tuple[int, int]) -> di
             "schedulerName": SCHEDULER_NAME,
             "automountServiceAccountToken": False,
             "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 0,
-            "containers": [{
-                "name": role,
-                "image": TASK_IMAGE,
-                "imagePullPolicy": "IfNotPresent",
-                "args": ["k8s-scheduler", "task", "--job", meta["name"], "--role", role],
-                "resources": {"requests": requests, "limits": requests},
-                "securityContext": RESTRICTED_CONTAINER,
-            }],
+            "terminationGracePeriodSeconds": grace_seconds,
+            "containers": [{"name": role, "imagePullPolicy": "IfNotPresent", **container,
+                            "resources": {"requests": requests, "limits": requests}, "securityContext": RESTRICTED_CONTAINER}],
+            "volumes": volumes or [],
         },
     }

@@ -1,0 +1,154 @@
+"""The wire between a job's processes: rendezvous, message layout and the point-to-point primitives (gloo).
+
+One world per configuration: ranks 0..P-1 are the PS, ranks P..P+W-1 the workers. The rendezvous is a
+`FileStore` in `<state>/rendezvous/g<G>-p<P>-w<W>`, so processes of another generation (or of another
+shape) can never meet this one's. A gloo send completes only when the peer posts the matching receive, so
+the protocol posts receives before it waits on sends.
+
+Every data message (worker <-> PS, tag 0) is one float32 tensor: a header of four float64 fields (in the
+first 8 float32 slots) and the shard's flat payload (gradient or parameters). A worker's header is (kind:
+PULL, GRAD or PAUSED; stop requested; the batch's loss; 0), a PS's answer's (PARAMS or PAUSE; stop
+requested; 0; 0). Control messages (PS 0 <-> the others, tag 1) are four float64 fields (RESUME or STOP;
+acknowledged steps; 0; 0), or serialized objects (length, then bytes).
+"""
+
+from __future__ import annotations
+
+import io
+import queue
+import threading
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+TAG_DATA, TAG_CTRL = 0, 1
+HEADER = 8  # float32 slots holding four float64 fields
+# header[0] of a worker's message to a PS
+PULL, GRAD, PAUSED = 0, 1, 2
+# header[0] of a PS's reply to a worker
+PARAMS, PAUSE = 0, 1
+# PS 0's decision, at the start and after every checkpoint
+RESUME, STOP = 0, 1
+
+
+class PeerLost(RuntimeError):
+    """Another process of the configuration died, hung past the timeout or broke the protocol."""
+
+
+def role_of(rank: int, num_ps: int) -> str:
+    """`ps I` or `worker I` for a rank."""
+    return f"ps {rank}" if rank < num_ps else f"worker {rank - num_ps}"
+
+
+def store_path(state_dir: Path, generation: int, num_ps: int, num_workers: int) -> Path:
+    """The rendezvous file of one configuration."""
+    return state_dir / "rendezvous" / f"g{generation}-p{num_ps}-w{num_workers}"
+
+
+def rendezvous(state_dir: Path, generation: int, num_ps: int, num_workers: int, rank: int, timeout: float) -> None:
+    """Join the configuration's world (blocks until all P + W processes have joined, or `timeout` seconds)."""
+    path = store_path(state_dir, generation, num_ps, num_workers)
+    path.parent.mkdir(exist_ok=True)
+    world = num_ps + num_workers
+    store = dist.FileStore(str(path), world)
+    try:
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timedelta(seconds=timeout))
+    except RuntimeError as exc:
+        raise PeerLost(f"the rendezvous of {world} processes in {path} did not complete: {exc}") from None
+
+
+def remove_stores(state_dir: Path, below: int) -> None:
+    """Delete the rendezvous files of generations below `below`: their worlds are over."""
+    for path in (state_dir / "rendezvous").glob("g*-p*-w*"):
+        if int(path.name.split("-")[0][1:]) < below:
+            path.unlink(missing_ok=True)
+
+
+def new_message(numel: int) -> torch.Tensor:
+    """A zeroed data message with room for `numel` payload values."""
+    return torch.zeros(HEADER + numel)
+
+
+def header(msg: torch.Tensor) -> torch.Tensor:
+    """The four float64 header fields of a data message (a view)."""
+    return msg[:HEADER].view(torch.float64)
+
+
+def payload(msg: torch.Tensor) -> torch.Tensor:
+    """The payload of a data message (a view)."""
+    return msg[HEADER:]
+
+
+def exchange(sends: list[tuple[torch.Tensor, int]], recvs: list[tuple[torch.Tensor, int]], tag: int, num_ps: int) -> None:
+    """Post every receive, then every send, and wait for all; a failure names the peer."""
+    work = [(dist.irecv(t, src=r, tag=tag), r) for t, r in recvs] + [(dist.isend(t, dst=r, tag=tag), r) for t, r in sends]
+    for w, r in work:
+        try:
+            w.wait()
+        except RuntimeError as exc:
+            raise PeerLost(f"lost {role_of(r, num_ps)}: {exc}") from None
+
+
+def send_control(cmd: int, steps: int, dsts: list[int], num_ps: int) -> None:
+    """Send PS 0's decision `cmd` (RESUME or STOP) and the acknowledged step count to `dsts`."""
+    msg = torch.tensor([cmd, steps, 0, 0], dtype=torch.float64)
+    exchange([(msg, d) for d in dsts], [], TAG_CTRL, num_ps)
+
+
+def recv_control(num_ps: int) -> tuple[int, int]:
+    """Receive PS 0's decision: (RESUME or STOP, acknowledged steps)."""
+    msg = torch.zeros(4, dtype=torch.float64)
+    exchange([], [(msg, 0)], TAG_CTRL, num_ps)
+    return int(msg[0]), int(msg[1])
+
+
+def send_object(obj: Any, dst: int, num_ps: int) -> None:
+    """Send tensors in plain containers (a shard's state) to `dst`."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    data = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
+    exchange([(torch.tensor([data.numel()]), dst)], [], TAG_CTRL, num_ps)
+    exchange([(data, dst)], [], TAG_CTRL, num_ps)
+
+
+def recv_object(src: int, num_ps: int) -> Any:
+    """Receive what `send_object` sent from `src`."""
+    size = torch.zeros(1, dtype=torch.int64)
+    exchange([], [(size, src)], TAG_CTRL, num_ps)
+    data = torch.empty(int(size), dtype=torch.uint8)
+    exchange([], [(data, src)], TAG_CTRL, num_ps)
+    return torch.load(io.BytesIO(data.numpy().tobytes()), weights_only=True)
+
+
+class Inbox:
+    """A PS's receiving side: one thread per worker receives that worker's data messages into one queue.
+
+    Receiving from each worker by rank (rather than from any source) lets gloo report a dead worker at once;
+    the queue gives the PS the messages in arrival order, whichever worker sent them.
+    """
+
+    def __init__(self, workers: list[int], numel: int, num_ps: int):
+        self.queue: queue.Queue = queue.Queue()
+        self.num_ps = num_ps
+        for rank in workers:
+            threading.Thread(target=self._receive, args=(rank, numel), daemon=True).start()
+
+    def _receive(self, rank: int, numel: int) -> None:
+        while True:
+            msg = torch.empty(HEADER + numel)
+            try:
+                dist.recv(msg, src=rank, tag=TAG_DATA)
+            except RuntimeError as exc:
+                self.queue.put((rank, PeerLost(f"lost {role_of(rank, self.num_ps)}: {exc}")))
+                return
+            self.queue.put((rank, msg))
+
+    def get(self) -> tuple[int, torch.Tensor]:
+        """The next message and its sender's rank; raises PeerLost if a worker was lost."""
+        rank, msg = self.queue.get()
+        if isinstance(msg, Exception):
+            raise msg
+        return rank, msg
