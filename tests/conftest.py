@@ -1,8 +1,15 @@
 """Shared fixtures: presets from the project's params.yaml, small hand-made cases, and the learning
 settings the learning tests train with (stated here in full: the package's only defaults live in
-params.yaml)."""
+params.yaml). The testbeds' tests run last, and while the others run, what they need (the Go binaries,
+and for kind the node and runtime images) builds in the background, so a cold machine's build overlaps
+the rest of the suite; their fixtures wait for it through the build's own locks."""
 
 from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -15,6 +22,41 @@ from dl2.sim import engine
 from dl2.sim.scenario import Scenario, SimOptions
 from dl2.sim.state import make_cluster, make_jobs, make_recorder
 from dl2.workload.presets import Preset, get_preset
+
+TESTBEDS = ("tests/k8s/", "tests/kind/")
+_background: dict[str, subprocess.Popen] = {}
+
+
+def _testbed(item: pytest.Item) -> int:
+    """0 for the suite's own tests, 1 for the local testbed's, 2 for kind's: the order they run in."""
+    path = str(item.fspath)
+    return next((k + 1 for k, folder in enumerate(TESTBEDS) if folder in path), 0)
+
+
+def pytest_collection_modifyitems(items):
+    items[:] = sorted(items, key=_testbed)  # stable: each group keeps its order
+
+
+def pytest_collection_finish(session):
+    """Start building what the selected testbed tests need, unless they run first (nothing else selected)."""
+    wanted = {_testbed(item) for item in session.items}
+    if not wanted - {0} or 0 not in wanted:
+        return
+    from dl2.k8s.build import cache_root
+
+    log = cache_root() / "background-build.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "dl2.cli", "testbed", "build", *(["--kind"] if 2 in wanted else [])]
+    with open(log, "a") as out:
+        _background["build"] = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    print(f"\nbuilding the testbeds in the background: {' '.join(command[2:])} (log: {log})", file=sys.stderr)
+
+
+def pytest_sessionfinish(session):
+    build = _background.pop("build", None)
+    if build is not None and build.poll() is None:  # the run ended early: leave nothing running
+        os.killpg(build.pid, signal.SIGTERM)
+        build.wait()
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ LAYERS = (
     ("learning: DL2", ("dl2.learn",)),
     ("backends: the simulator, Kubernetes", ("dl2.backends", "dl2.k8s")),
     ("pipeline and command line", ("dl2.stages", "dl2.stage_configs", "dl2.notebooks", "dl2.tracking", "dl2.plots", "dl2.compare",
-                                   "dl2.reproduction", "dl2.publish", "dl2.bench", "dl2.cli", "dl2.k8s.cli")),
+                                   "dl2.reproduction", "dl2.sim_to_real", "dl2.publish", "dl2.bench", "dl2.cli", "dl2.k8s.cli")),
 )
 
 

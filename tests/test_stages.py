@@ -57,7 +57,7 @@ def test_a_stage_reads_every_key_dvc_yaml_declares_for_it_and_nothing_else(name,
 
 def test_a_stage_is_handed_exactly_its_declared_keys():
     evaluate = load_stage("evaluate")
-    assert evaluate.params["finetune"] == {"runs": PARAMS["finetune"]["runs"], "seeds": PARAMS["finetune"]["seeds"]}
+    assert evaluate.params["finetune"] == {k: PARAMS["finetune"][k] for k in ("runs", "seeds", "backend")}
     learner = load_stage("ablate@learner")
     assert learner.params["ablations"]["groups"] == {"learner": PARAMS["ablations"]["groups"]["learner"]}
     assert "workers" in learner.params["ablations"] and "report" not in learner.params
@@ -67,7 +67,7 @@ def test_a_stage_is_handed_exactly_its_declared_keys():
 @pytest.mark.parametrize("name", stage_names())
 def test_every_stage_depends_on_the_whole_package_its_data_libraries_and_notebook(name):
     deps = dvc_stages()[name]["deps"]
-    assert {"src/dl2", "data/reference", "uv.lock", f"notebooks/{notebook_of(name)}.ipynb"} <= set(deps)
+    assert {"src/dl2", "data/reference", "data/testbed", "uv.lock", f"notebooks/{notebook_of(name)}.ipynb"} <= set(deps)
     assert all((ROOT / d).exists() or d.startswith("data/") for d in deps)
 
 

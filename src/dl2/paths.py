@@ -13,6 +13,8 @@ from typing import Any
 PACKAGE_DIR = Path(__file__).resolve().parent
 DATA_DIR = PACKAGE_DIR.parents[1] / "data"
 REFERENCE_DIR = DATA_DIR / "reference"
+# the kind testbed's profiled speeds (`dl2 testbed profile`); DL2_TESTBED_DATA reads another profile (DVC tracks this one)
+TESTBED_DIR = Path(os.environ["DL2_TESTBED_DATA"]) if os.environ.get("DL2_TESTBED_DATA") else DATA_DIR / "testbed"
 
 
 def repo_root() -> Path:

@@ -138,3 +138,48 @@ def ablation_figure(results: pd.DataFrame, curves: pd.DataFrame, axis: str) -> p
         axes[0, 1].set(title="Validation JCT during fine-tuning", xlabel="update", ylabel="average JCT (slots)")
     fig.tight_layout()
     return fig
+
+
+def sim_to_real(jobs: pd.DataFrame) -> plt.Figure:
+    """The same traces and policies on the testbed and in the simulator on its profiled table: per job, the
+    testbed's JCT against the simulator's (the diagonal: no gap), and per policy the average JCT of each."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    sns.scatterplot(jobs, x="jct_sim", y="jct_testbed", hue="policy", style="model", s=60, ax=axes[0])
+    top = float(max(jobs.jct_sim.max(), jobs.jct_testbed.max())) * 1.05
+    axes[0].plot([0, top], [0, top], color="black", ls="--", lw=1)
+    axes[0].set(title="Per job: JCT on the testbed against the simulator's", xlabel="simulator (profiled table), slots",
+                ylabel="kind testbed, slots", xlim=(0, top), ylim=(0, top))
+    axes[0].legend(fontsize=7, loc="upper left")
+    averages = jobs.melt(id_vars=["policy", "seed", "trace"], value_vars=["jct_testbed", "jct_sim"], var_name="where",
+                         value_name="jct").replace({"jct_testbed": "kind testbed", "jct_sim": "simulator"})
+    sns.barplot(averages, y="policy", x="jct", hue="where", errorbar="sd", ax=axes[1])
+    axes[1].set(title="Average JCT per policy (mean ± sd over jobs)", xlabel="JCT (slots)", ylabel="")
+    fig.tight_layout()
+    return fig
+
+
+def profiled_speeds(ours: pd.DataFrame, authors: pd.DataFrame) -> plt.Figure:
+    """Per job type, the speed at each (#PS, #workers) relative to (1, 1): the testbed's profile (mean ± sd over
+    repeats) beside the authors' measurements at the same configurations (`config`, `relative_speed`,
+    `model`, `source` columns)."""
+    both = pd.concat([ours, authors], ignore_index=True)
+    grid = sns.catplot(both, kind="bar", x="config", y="relative_speed", hue="source", col="model", col_wrap=4,
+                       errorbar="sd", height=2.6, aspect=1.1)
+    grid.set_axis_labels("(#PS, #workers)", "speed / speed at (1, 1)")
+    grid.set_titles("{col_name}")
+    grid.figure.suptitle("Speed against configuration: the kind testbed's profile and the authors' table", y=1.03)
+    return grid.figure
+
+
+def speed_error(errors: pd.DataFrame) -> plt.Figure:
+    """Per job type: epochs the testbed's pods trained over those the profiled table predicts, in slots where the
+    configuration ran throughout and where it started (the pods' start-up inside the slot)."""
+    long = errors.melt(id_vars="model", value_vars=["steady_ratio", "started_ratio"], var_name="slots", value_name="ratio")
+    long["slots"] = long.slots.map({"steady_ratio": "configuration ran the whole slot",
+                                    "started_ratio": "configuration started in the slot"})
+    fig, ax = plt.subplots(figsize=(8, 1.5 + 0.45 * errors.model.nunique()))
+    sns.barplot(long, y="model", x="ratio", hue="slots", ax=ax)
+    ax.axvline(1.0, color="black", ls="--", lw=1)
+    ax.set(title="Sim-to-real speed: trained / predicted epochs per slot", xlabel="ratio (1: the table is right)", ylabel="")
+    fig.tight_layout()
+    return fig

@@ -22,10 +22,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from dl2 import plots
+from dl2 import plots, sim_to_real
 from dl2.learn.ablations import tables
 from dl2.learn.evaluate import reference_jcts, summary_table
-from dl2.paths import REFERENCE_DIR, write_csv_atomic, write_json_atomic, write_text_atomic
+from dl2.paths import REFERENCE_DIR, TESTBED_DIR, write_csv_atomic, write_json_atomic, write_text_atomic
 
 TOLERANCE = 0.05
 
@@ -179,6 +179,8 @@ class ReportFiles:
     ablations: Path  # the ablation axes' folders
     out: Path  # claims.csv and report.html
     metrics: Path  # the DVC metrics file
+    testbed: Path  # the testbed evaluation's folder (jobs.csv, slots.csv; empty or absent where none ran)
+    profile: Path = TESTBED_DIR  # the testbed's profiled speeds (`dl2 testbed profile`)
 
 
 def report_files(data: Path, published: bool = False) -> ReportFiles:
@@ -187,9 +189,10 @@ def report_files(data: Path, published: bool = False) -> ReportFiles:
     if published:
         folder = data / "published"
         return ReportFiles(folder / "paper" / "results.csv", folder / "paper" / "finetune_history.csv", folder / "ablations",
-                           data / "reproduction-published", data / "metrics" / "reproduction-published.json")
+                           data / "reproduction-published", data / "metrics" / "reproduction-published.json",
+                           folder / "testbed" / "evaluate")
     return ReportFiles(data / "evaluate" / "results.csv", data / "learn" / "finetune_history.csv", data / "ablations",
-                       data / "reproduction", data / "metrics" / "reproduction.json")
+                       data / "reproduction", data / "metrics" / "reproduction.json", data / "evaluate" / "testbed")
 
 
 @dataclass(frozen=True)
@@ -201,6 +204,7 @@ class Reproduction:
     history: pd.DataFrame  # the fine-tuning history
     axes: dict[str, dict[str, pd.DataFrame]]  # ablation axis -> its tables (`tables.read_axis`)
     claims: pd.DataFrame  # every claim beside ours, with its status
+    testbed: sim_to_real.SimToReal | None  # the kind testbed's profile and evaluation (None without a profile)
 
     @property
     def dl2(self) -> pd.Series:
@@ -227,7 +231,7 @@ def reproduce(files: ReportFiles) -> Reproduction:
                                           {a: t["results"] for a, t in axes.items()})
                           + cluster_claims(convergence))
     claims["difference"] = claims.ours - claims.paper
-    return Reproduction(results, summary, pd.read_csv(files.history), axes, claims)
+    return Reproduction(results, summary, pd.read_csv(files.history), axes, claims, sim_to_real.read(files.profile, files.testbed))
 
 
 def figures(rep: Reproduction) -> dict[str, plt.Figure]:
@@ -235,6 +239,8 @@ def figures(rep: Reproduction) -> dict[str, plt.Figure]:
     out = {"fig9": plots.fig9_bars(rep.results), "fig10": plots.fig10_curves(rep.history, reference_jcts(rep.summary, rep.results))}
     for axis, frames in rep.axes.items():
         out[axis] = plots.ablation_figure(frames["results"], frames["curves"], axis)
+    if rep.testbed is not None:
+        out.update({f"testbed_{name}": fig for name, fig in sim_to_real.figures(rep.testbed).items()})
     return out
 
 
@@ -256,9 +262,23 @@ def write_report(rep: Reproduction, figs: Mapping[str, plt.Figure], files: Repor
         ("Fig. 10: validation JCT during fine-tuning", [figure_html(figs["fig10"], dpi)]),
         *[(f"Ablation: {axis}", [paragraph(ABLATION_COLUMNS), _table_html(frames["summary"]), figure_html(figs[axis], dpi)])
           for axis, frames in rep.axes.items()],
+        *_testbed_sections(rep.testbed, figs, dpi),
     ]
     write_text_atomic(files.out / "report.html", html_report("dl2: the DL2 reproduction", sections))
     return metrics
+
+
+def _testbed_sections(s: sim_to_real.SimToReal | None, figs: Mapping[str, plt.Figure], dpi: int) -> list[tuple[str, list[str]]]:
+    """The sim-to-real sections: the profile beside the authors' table; the testbed beside the simulator."""
+    if s is None:
+        return []
+    title = "Sim-to-real: the testbed beside the simulator"
+    parts = [("Sim-to-real: the kind testbed's profiled speeds", [paragraph(sim_to_real.PROFILE_NOTE), _table_html(s.spread),
+                                                                   figure_html(figs["testbed_profile"], dpi)])]
+    if not len(s.jobs):
+        return parts + [(title, [paragraph("No testbed evaluation in these results (`finetune.backend: kind` runs one).")])]
+    return parts + [(title, [paragraph(sim_to_real.GAP_NOTE), _table_html(s.summary), figure_html(figs["testbed_gap"], dpi),
+                             _table_html(s.speed_error), figure_html(figs["testbed_speed_error"], dpi)])]
 
 
 def _table_html(frame: pd.DataFrame) -> str:

@@ -59,6 +59,8 @@ class EvaluateParams(Checked):
     """The `evaluate` section."""
 
     heuristics: tuple[str, ...] = choice(*BUILTIN_POLICIES)
+    testbed_heuristics: tuple[str, ...] = choice(*BUILTIN_POLICIES)  # run on the kind testbed beside DL2 (finetune.backend: kind)
+    testbed_traces: int = bounded(at_least=1)  # validation traces replayed on the kind testbed
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,7 @@ class FinetuneStage:
 class EvaluateStage:
     learn: LearnSettings
     runs: RunSeeds  # the fine-tuned models to evaluate
+    backend: str  # where they were fine-tuned (finetune.backend): on kind, they are also evaluated there
     evaluate: EvaluateParams
 
 
@@ -159,11 +162,14 @@ def _finetune(params: dict, where: str, name: str) -> FinetuneStage:
 
 
 def _evaluate(params: dict, where: str, name: str) -> EvaluateStage:
-    from dl2.learn.settings import RunSeeds
+    from dl2.learn.settings import BACKENDS, RunSeeds
 
-    runs = typed(RunSeeds, section(params, "finetune", where), where, "finetune")
+    finetune = section(params, "finetune", where)
+    runs = typed(RunSeeds, {k: v for k, v in finetune.items() if k != "backend"}, where, "finetune")
+    if finetune.get("backend") not in BACKENDS:
+        raise Dl2Error(f"{where}: finetune.backend: expected one of {', '.join(BACKENDS)}, got {finetune.get('backend')!r}")
     evaluate = typed(EvaluateParams, section(params, "evaluate", where), where, "evaluate")
-    return EvaluateStage(_learn(params, where), runs, evaluate)
+    return EvaluateStage(_learn(params, where), runs, finetune["backend"], evaluate)
 
 
 def _ablate(params: dict, where: str, name: str) -> AblateStage:

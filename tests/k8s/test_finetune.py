@@ -4,6 +4,7 @@ simulator's compiled one does, a learner updates the policy there and logs to ML
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import replace
 
 import mlflow
@@ -52,6 +53,26 @@ def test_the_kubernetes_env_matches_the_simulators_env_action_for_action(kube, t
     assert steps > 10
 
 
+def test_a_reloaded_environment_picks_up_the_cluster_where_it_went_on_without_it(kube, testbed):
+    """A real cluster's slots go on while a killed trainer is away: its checkpoint's environment, loaded, decides
+    at the cluster's next decision, not at the slot it was deciding (whose allocation never reached the cluster)."""
+    sc = scenario(assign_bundle=True)
+    ns = space(kube)
+    env = BackendEnv([trace(12)], sc, window=10, open_backend=KubeTraces(testbed.kubeconfig, sc, ns, ns))
+    env.reset()
+    saved, saved_slot = pickle.dumps(env), env.slot
+    while env.slot < saved_slot + 2:  # the original goes on: void ends each slot
+        env.step(3 * env.window)
+    same = pickle.loads(pickle.dumps(env))  # loaded where it stood: nothing to pick up
+    assert same.slot == env.slot and np.array_equal(same.state, env.state)
+    behind = pickle.loads(saved)
+    assert behind.slot == env.slot == behind.backend.slot
+    np.testing.assert_array_equal(behind.state, env.state)
+    np.testing.assert_array_equal(behind.mask, env.mask)
+    behind.close()  # a KWOK cluster's placeholders are gone at once
+    assert behind.backend.census()["tasks"] == 0
+
+
 @pytest.mark.parametrize("algorithm", ["actor-critic", "ppo"])
 def test_online_rl_on_the_testbed_updates_the_policy_and_logs_to_mlflow(testbed, tmp_path, monkeypatch, algorithm):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -89,5 +110,5 @@ def test_the_finetune_backend_setting_picks_the_environments(testbed):
     assert isinstance(environments, KubeEnvironments)
     factory = environments("sl-rl")
     assert isinstance(factory, KubeEnvFactory) and factory.prefix == "dl2-sl-rl"
-    with pytest.raises(Dl2Error, match=r"finetune.backend: expected one of sim, k8s, got 'kind'"):
-        training_environments("kind")
+    with pytest.raises(Dl2Error, match=r"finetune.backend: expected one of sim, k8s, kind, got 'nope'"):
+        training_environments("nope")

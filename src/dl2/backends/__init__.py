@@ -29,9 +29,11 @@ def load_scheduler(name: str) -> Scheduler:
     return get_scheduler(name)
 
 
-def training_environments(backend: str, kubeconfig: str | Path | None = None) -> Callable[[str], EnvFactory]:
+def training_environments(backend: str, kubeconfig: str | Path | None = None,
+                          kind_folder: str | Path | None = None) -> Callable[[str], EnvFactory]:
     """Where `finetune.backend` trains: `environments(run)` gives each run its environments. `k8s` uses
-    `kubeconfig`, by default the running local testbed's (`dl2 testbed up --local`)."""
+    `kubeconfig`, by default the running local testbed's (`dl2 testbed up --local`); `kind`, the kind testbed
+    in `kind_folder` (default: `dl2 testbed up --kind`'s, or `DL2_KIND_FOLDER`)."""
     from dl2.learn.settings import BACKENDS
     from dl2.learn.workflow import simulator_environments
 
@@ -42,4 +44,8 @@ def training_environments(backend: str, kubeconfig: str | Path | None = None) ->
         from dl2.k8s.env import KubeEnvironments
 
         return KubeEnvironments(kubeconfig if kubeconfig is not None else testbed.load().kubeconfig)
+    if backend == "kind":
+        from dl2.k8s.env import KindEnvironments
+
+        return KindEnvironments(kind_folder)
     raise Dl2Error(f"finetune.backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")

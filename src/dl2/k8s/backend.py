@@ -81,12 +81,20 @@ class KubeCluster:
         """Start `trace` here: delete the namespace's DL2Jobs, their pods and the clock, then submit the
         trace as DL2Jobs."""
         ensure_namespace(self.kube, self.namespace)
+        self.close()
         for job in self.jobs():
             self.kube.delete(DL2Job, job["metadata"]["name"], self.namespace)
-        self._delete_pods(None)
         self.kube.delete(ConfigMap, CLOCK, self.namespace)
         dl2jobs.submit_trace(self.kube, trace, self.catalog, self.namespace)
         self.stats, self._view = [], None
+
+    def close(self) -> None:
+        """Delete the namespace's task pods; pods that take time to stop (real training checkpoints on its way
+        out) are waited for, so that their nodes' slots are free for whatever runs next."""
+        names = {p["metadata"]["name"] for p in self.kube.list(Pod, self.namespace, labels={JOB_LABEL: None})}
+        self._delete_pods(None)
+        if self.workload.grace_seconds:
+            self._await_gone(names)
 
     # --- state read from the cluster -------------------------------------------------------------
     def clock(self) -> dict:

@@ -105,6 +105,47 @@ def cmd_testbed_build(args: argparse.Namespace) -> None:
     print(json.dumps({"folder": str(binaries.folder), "build_s": binaries.build_seconds}))
 
 
+def cmd_testbed_profile(args: argparse.Namespace) -> None:
+    from dl2.k8s import kind
+    from dl2.k8s.profile import ProfileGrid, allowed_configurations, profile, spread
+    from dl2.paths import TESTBED_DIR
+    from dl2.workload.catalog import load_catalog
+    from dl2.workload.presets import get_preset
+
+    catalog = load_catalog()
+    models = tuple(args.models) if args.models else catalog.names
+    for model in models:
+        catalog.index(model)  # an unknown name says which are known
+    cluster = kind.load(args.folder)
+    if args.configurations:
+        configurations = tuple(_configuration(text) for text in args.configurations)
+    else:
+        max_tasks = args.max_tasks or get_preset(args.preset, args.params).max_tasks
+        configurations = allowed_configurations(max_tasks, len(cluster.workers), models)
+    grid = ProfileGrid(models, configurations, args.repeats, args.seconds)
+    _log(f"profile: {len(models)} job types x {len(grid.configurations)} configurations {list(grid.configurations)} x "
+         f"{grid.repeats} repeats, {grid.seconds:g} s each, on {len(cluster.workers)} kind workers")
+    kube = cluster.kube()
+    try:
+        table = profile(kube, kind.pod_runtime(args.folder), cluster.workers, grid, args.out or TESTBED_DIR, log=_log)
+    finally:
+        kube.close()
+    cv = spread(table).cv.dropna()  # the spread over repeats (none with one repeat)
+    print(json.dumps({"out": str(args.out or TESTBED_DIR), "measurements": len(table),
+                      "median_cv": float(cv.median()) if len(cv) else None, "max_cv": float(cv.max()) if len(cv) else None}, indent=2))
+
+
+def _configuration(text: str) -> tuple[int, int]:
+    """`P,W` on the command line: P PS and W workers."""
+    from dl2.errors import Dl2Error
+
+    try:
+        num_ps, num_workers = (int(v) for v in text.split(","))
+    except ValueError:
+        raise Dl2Error(f"--configurations: expected P,W (PS and workers, e.g. 1,2), got {text!r}") from None
+    return num_ps, num_workers
+
+
 def cmd_testbed_submit(args: argparse.Namespace) -> None:
     from dl2.k8s.client import Kube
     from dl2.k8s.jobs import submit_trace
@@ -213,6 +254,18 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         tb.add_parser(name, parents=[folder, which], help=text).set_defaults(func=func)
     tb.add_parser("build", parents=[which], help="build the binaries into the cache (--kind: and the node and runtime images)"
                   ).set_defaults(func=cmd_testbed_build)
+    prof = tb.add_parser("profile", parents=[folder],
+                         help="measure every job type's speed at each (#PS, #workers) on the kind testbed; write a speed table")
+    prof.add_argument("--models", nargs="+", default=None, help="job types to profile (default: all 8)")
+    prof.add_argument("--preset", default="testbed", help="the configurations go up to this preset's max_tasks (default: testbed)")
+    prof.add_argument("--params", type=Path, default=None)
+    prof.add_argument("--max-tasks", type=int, default=None, help="profile up to this many PS and workers (default: the preset's)")
+    prof.add_argument("--configurations", nargs="+", default=None, metavar="P,W",
+                      help="profile these (#PS, #workers) instead (default: every one up to --max-tasks that fits)")
+    prof.add_argument("--repeats", type=int, default=3, help="measurements of each configuration, each a fresh job (default 3)")
+    prof.add_argument("--seconds", type=float, default=10.0, help="seconds of training measured per configuration (default 10)")
+    prof.add_argument("--out", type=Path, default=None, help="where to write speed.txt, profile.csv, testbed.json (default: data/testbed)")
+    prof.set_defaults(func=cmd_testbed_profile)
     connect = argparse.ArgumentParser(add_help=False)
     connect.add_argument("--kubeconfig", type=Path, default=None, help="default: the local testbed's (--kind: the kind testbed's)")
     connect.add_argument("--in-cluster", action="store_true", help="use the pod's service account")

@@ -29,9 +29,10 @@ from dl2.k8s.jobs import JobSpec
 from dl2.k8s.resources import GENERATION_LABEL, ROLE_LABEL, TASK_IMAGE, jct_status, pod_manifest
 from dl2.k8s.training.progress import read_progress
 
-TRAINING_FIELDS = {"steps": "steps", "epochs": "epochs", "loss": "loss", "firstLoss": "first_loss",
-                   "stepsPerSecond": "steps_per_second", "generation": "generation", "numPS": "num_ps",
-                   "numWorkers": "num_workers", "trainSeconds": "train_seconds"}  # status.training <- progress.json
+TRAINING_FIELDS = {  # status.training <- progress.json
+    "steps": "steps", "epochs": "epochs", "loss": "loss", "firstLoss": "first_loss", "stepsPerSecond": "steps_per_second",
+    "generation": "generation", "numPS": "num_ps", "numWorkers": "num_workers", "startStep": "start_step",
+    "trainSeconds": "train_seconds"}
 Tasks = list[tuple[str, str]]  # a job's tasks this slot: (role, node)
 Desired = dict[str, tuple[dict, str]]  # the pods a job should have: name -> (manifest, node)
 

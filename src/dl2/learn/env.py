@@ -142,6 +142,9 @@ class Episodes:
         self._next_trace += 1
         return self.traces[index]
 
+    def close(self) -> None:
+        """Free what the environment holds outside this process (nothing, here; a cluster's pods for a backend's)."""
+
 
 class DecisionEnv(Episodes):
     """One simulated cluster running traces one after another (Gymnasium-style API).
@@ -212,6 +215,27 @@ class BackendEnv(Episodes):
         super().__init__(traces, scenario, window, seed, shuffle)
         self.open_backend = open_backend
 
+    def __setstate__(self, state: dict) -> None:
+        """Unpickled (a training checkpoint resumed): a backend that ran on without this environment (a real
+        cluster's slots go on while a killed trainer is away) is picked up where it is now, at its next
+        decision; the slot the checkpoint was deciding is gone with the trainer."""
+        self.__dict__.update(state)
+        backend = getattr(self, "backend", None)
+        if backend is None or not hasattr(self, "obs") or (not backend.done and backend.slot == self.obs.slot):
+            return
+        if backend.done:
+            self.reset()
+            return
+        status = self._next_decision()
+        if status != CONTINUE:
+            self.reset()
+
+    def close(self) -> None:
+        """Let the backend free what it holds (a cluster's pods), if it holds anything."""
+        close = getattr(getattr(self, "backend", None), "close", None)
+        if close is not None:
+            close()
+
     @property
     def slot(self) -> int:
         return self.obs.slot
@@ -258,6 +282,9 @@ class BackendEnv(Episodes):
             if self.backend.slot >= self.scenario.options.max_slots:
                 return TRUNCATED
             self.obs = self.backend.observe()
+            if getattr(self.backend, "committed", None) is not None:  # committed before a restart: carried out as is
+                self.backend.resume()
+                continue
             self.alloc = self.obs.allocation()
             if self._refresh() > 0:
                 return CONTINUE

@@ -21,7 +21,7 @@ RUNS = {  # name: (speed model the RL trains on, start from the pretrained polic
     "rl-only": ("measured", False),
     "offline-rl": ("analytical", True),
 }
-BACKENDS = ("sim", "k8s")  # where fine-tuning trains (`dl2.backends.training_environments`)
+BACKENDS = ("sim", "k8s", "kind")  # where fine-tuning trains (`dl2.backends.training_environments`)
 
 
 @dataclass(frozen=True)

@@ -139,6 +139,12 @@ class Trainer:
                 self.save(checkpoint)
         return pd.DataFrame(self.history)
 
+    def close(self) -> None:
+        """Free what the training environments hold outside this process (a cluster's pods); a checkpoint
+        written before still resumes, its environments starting their next trace."""
+        for env in self.envs:
+            env.close()
+
     def _set_learning_rate(self) -> None:
         c = self.config
         lr = c.lr * (1 - self.updates / c.updates) if c.lr_schedule == "linear" else c.lr

@@ -103,7 +103,10 @@ def finetune_run(name: str, settings: LearnSettings, rl: RLConfig, pretrained: D
             DL2Policy(network(settings), measured.preset.max_tasks, settings.assign_bundle)
         trainer = make_trainer(start, train, validation, world, rl, validation_scenario=measured, tag=tag,
                                make_env=make_env, selection=selection_traces(settings, measured, rl.select_traces))
-    history = trainer.train(checkpoint=checkpoint, on_row=on_row)
+    try:
+        history = trainer.train(checkpoint=checkpoint, on_row=on_row)
+    finally:
+        trainer.close()
     return trainer.chosen_policy(), history.assign(run=name, chosen=history["update"] == trainer.chosen_update)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from dl2.config import Checked, bounded, choice, default_params_path, load_params, section, typed
 from dl2.errors import Dl2Error
 
-SPEED_TABLES = ("public_release", "dev_snapshot")
+SPEED_TABLES = ("public_release", "dev_snapshot", "testbed")  # testbed: profiled on kind (data/testbed)
 NODE_CPU_SLOTS = 8
 NODE_GPU_SLOTS = 8
 SLOT_SECONDS = 1200.0

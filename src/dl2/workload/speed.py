@@ -21,12 +21,13 @@ from typing import Protocol
 import numpy as np
 
 from dl2.errors import Dl2Error
-from dl2.paths import REFERENCE_DIR
+from dl2.paths import REFERENCE_DIR, TESTBED_DIR
 from dl2.workload.catalog import Catalog
 
 SPEED_FILES = {
     "public_release": REFERENCE_DIR / "dl2_speed_public_release.txt",
     "dev_snapshot": REFERENCE_DIR / "dl2_speed_dev_snapshot.txt",
+    "testbed": TESTBED_DIR / "speed.txt",  # profiled on the kind testbed (`dl2 testbed profile`)
 }
 
 
@@ -36,11 +37,26 @@ class SpeedModel(Protocol):
     def epochs_per_slot(self, model: int, num_ps: int, num_workers: int) -> float: ...
 
 
+def measurement_row(model: str, mode: str, batch_size: int, num_ps: int, num_workers: int, worker_speeds: Sequence[float],
+                    ps_cpu: Sequence[float], worker_cpu: Sequence[float]) -> str:
+    """One line of a speed table, in the authors' format (`data/reference/README.md`)."""
+    def floats(values: Sequence[float]) -> list[float]:
+        return [round(float(v), 3) for v in values]
+
+    return repr((model, mode, int(batch_size), int(num_ps), int(num_workers), floats(worker_speeds), floats(ps_cpu),
+                 floats(worker_cpu)))
+
+
 def read_measurements(path: str | Path) -> dict[str, np.ndarray]:
     """Per model name, an array of rows (num_ps, num_workers, total speed in samples/s)."""
     path = Path(path)
     rows: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
-    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        hint = ": profile the kind testbed first (`dl2 testbed profile --kind`)" if path == SPEED_FILES["testbed"] else ""
+        raise Dl2Error(f"{path}: speed table not found{hint}") from None
+    for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:

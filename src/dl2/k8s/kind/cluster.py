@@ -92,7 +92,8 @@ class KindCluster:
 
 
 def default_folder() -> Path:
-    return build.cache_root() / "kind"
+    """Where `dl2 testbed up --kind` keeps its cluster: `DL2_KIND_FOLDER`, else `<testbed cache>/kind`."""
+    return Path(os.environ["DL2_KIND_FOLDER"]) if os.environ.get("DL2_KIND_FOLDER") else build.cache_root() / "kind"
 
 
 def python_prefix(venv: Path) -> Path:

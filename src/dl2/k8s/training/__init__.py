@@ -32,7 +32,8 @@ Files in DIR, each written atomically (temporary file, fsync, rename), only by P
   job, model; steps (acknowledged), updates, steps_per_epoch, epochs (= steps / steps_per_epoch),
   target_epochs (E), done (true once steps >= E epochs; the last write); loss (mean training loss of the
   batches the checkpoint acknowledged; the previous value if none), first_loss (the same at the job's first
-  checkpoint); generation, num_ps, num_workers, mode (the configuration that wrote it); steps_per_second
+  checkpoint); generation, num_ps, num_workers, mode (the configuration that wrote it), start_step (the
+  acknowledged step it started from); steps_per_second
   (that configuration's steps over its seconds since its rendezvous and start: the batches per second of
   all its workers together, DL2's speed), train_seconds (seconds of training over all configurations),
   time (Unix time of the write). The loss values are null until a checkpoint has acknowledged a step.

@@ -60,14 +60,15 @@ class Checkpoint:
         atomic_write(state_dir / CHECKPOINT, buf.getvalue())
 
 
-def progress_record(ckpt: Checkpoint, steps_per_epoch: int, target_epochs: float, steps_per_second: float) -> dict[str, Any]:
-    """The progress file's content once `ckpt` is written."""
+def progress_record(ckpt: Checkpoint, steps_per_epoch: int, target_epochs: float, steps_per_second: float,
+                    start_step: int) -> dict[str, Any]:
+    """The progress file's content once `ckpt` is written by the configuration that started at `start_step`."""
     def num(x: float | None) -> float | None:
         return None if x is None or not math.isfinite(x) else round(x, 6)
     return {"job": ckpt.job, "model": ckpt.model, "steps": ckpt.steps, "updates": ckpt.updates, "steps_per_epoch": steps_per_epoch,
             "epochs": round(ckpt.steps / steps_per_epoch, 6), "target_epochs": target_epochs, "done": ckpt.done,
             "loss": num(ckpt.loss), "first_loss": num(ckpt.first_loss), "generation": ckpt.generation, "num_ps": ckpt.num_ps,
-            "num_workers": ckpt.num_workers, "mode": ckpt.mode, "steps_per_second": num(steps_per_second),
+            "num_workers": ckpt.num_workers, "mode": ckpt.mode, "start_step": start_step, "steps_per_second": num(steps_per_second),
             "train_seconds": round(ckpt.train_seconds, 3), "time": round(time.time(), 3)}
 
 

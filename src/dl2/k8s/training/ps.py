@@ -208,7 +208,7 @@ class Coordinator(ParameterServer):
             ckpt.optimizer.update(s["optimizer"])
         ckpt.save(job.state)
         rate = (self.steps - self.began_steps) / max(now - self.began, 1e-9)
-        write_progress(job.state, progress_record(ckpt, self.standin.steps_per_epoch, job.epochs, rate))
+        write_progress(job.state, progress_record(ckpt, self.standin.steps_per_epoch, job.epochs, rate, self.began_steps))
         stop = ckpt.done or self.stop.is_set() or self.stop_seen
         comm.send_control(comm.STOP if stop else comm.RESUME, self.steps, list(range(1, job.world)), job.num_ps)
         why = ", done" if ckpt.done else (", stopping" if stop else "")
