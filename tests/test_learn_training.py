@@ -684,7 +684,7 @@ PROJECT_FINETUNE = load_params()["finetune"]
 @pytest.mark.parametrize("finetune, key", [({"runs": ["sl-rl", "best"]}, "finetune.runs"), ({"runs": []}, "finetune.runs"),
                                             ({"seeds": [0, 0]}, "finetune.seeds"), ({"seeds": 3}, "finetune.seeds"),
                                             ({"seed": 1}, "finetune.seed"), ({"lr": "fast"}, "finetune.lr"),
-                                            ({"backend": "kind"}, "finetune.backend"), ({"workers": -1}, "finetune.workers"),
+                                            ({"backend": "slurm"}, "finetune.backend"), ({"workers": -1}, "finetune.workers"),
                                             ({"gamma": None}, "finetune.gamma"), ({"speed": 2}, "finetune.speed")])
 def test_a_bad_finetune_section_names_the_key(finetune, key):
     with pytest.raises(Dl2Error, match=f"params.yaml: {key}".replace(".", r"\.")):

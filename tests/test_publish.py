@@ -80,3 +80,39 @@ def test_publish_refuses_a_reduced_stale_or_unfinished_run_and_writes_nothing(tm
     assert main(["publish", "--group", "model", "--data-dir", str(tmp_path)]) == 2
     assert message in capsys.readouterr().err
     assert not published(tmp_path).exists(), "a refused publish leaves nothing, not even the axes that checked out"
+
+
+def write_testbed_run(data: Path, jobs: int = 2) -> None:
+    """What `evaluate` (with finetune.backend: kind) and `finetune` write for a testbed run."""
+    from dl2.k8s import replay
+
+    rows = [{"policy": p, "seed": -1 if p == "drf" else 0, "trace": 0, "job_id": j, "model": "wlm", "epochs": 10.0,
+             "jct_testbed": 4.0 + j, "jct_sim": 2.0} for p in ("drf", "dl2") for j in range(1, jobs + 1)]
+    folder = data / "evaluate" / "testbed"
+    write_csv_atomic(folder / "jobs.csv", pd.DataFrame(rows[: 2 * jobs], columns=replay.JOB_COLUMNS))
+    write_csv_atomic(folder / "slots.csv", pd.DataFrame(columns=replay.SLOT_COLUMNS))
+    write_csv_atomic(folder / "speed_error.csv", pd.DataFrame(columns=["model"]))
+    for name in ("sim_to_real.png", "speed_error.png"):
+        (folder / name).write_bytes(b"\x89PNG figure")
+    results = pd.DataFrame([{"policy": "drf", "seed": -1, "trace": 0, "avg_jct": 2.0, "lower_bound": 1.5, "ratio_to_bound": 2 / 1.5}])
+    write_csv_atomic(data / "evaluate" / "results.csv", results)
+    (data / "evaluate" / "summary.md").write_text("table\n")
+    write_csv_atomic(data / "learn" / "finetune_history.csv", pd.DataFrame({"update": [1], "val_jct_greedy": [2.0]}))
+
+
+def test_publish_testbed_copies_a_kind_run_and_writes_its_metrics(tmp_path, capsys):
+    write_testbed_run(tmp_path)
+    assert main(["publish", "--testbed", "--data-dir", str(tmp_path)]) == 0
+    folder = tmp_path / "published" / "testbed"
+    assert (folder / "evaluate" / "jobs.csv").read_bytes() == (tmp_path / "evaluate" / "testbed" / "jobs.csv").read_bytes()
+    metrics = json.loads((folder / "metrics.json").read_text())
+    assert metrics["testbed"]["drf"] == {"kind_avg_jct": 5.5, "sim_avg_jct": 2.0, "ratio": 2.75, "runs": 1}
+    assert metrics["simulator"]["drf"]["avg_jct"] == 2.0
+
+
+def test_publish_testbed_refuses_a_run_that_never_used_the_testbed(tmp_path, capsys):
+    write_testbed_run(tmp_path, jobs=0)
+    assert main(["publish", "--testbed", "--data-dir", str(tmp_path)]) == 2
+    assert "no testbed runs" in capsys.readouterr().err and not (tmp_path / "published").exists()
+    assert main(["publish", "--data-dir", str(tmp_path)]) == 2
+    assert "--group GROUP" in capsys.readouterr().err

@@ -38,3 +38,12 @@ def test_published_ablation_metrics_follow_from_its_per_seed_results(group):
         assert entry == ab.axis_metrics(summary, entry["reference"], results.seed.nunique())
         published = pd.read_csv(PUBLISHED / "ablations" / axis / "summary.csv", dtype={"cell": str})
         pd.testing.assert_frame_equal(published, summary, check_exact=False, rtol=1e-12)
+
+
+def test_published_testbed_metrics_follow_from_its_per_job_results():
+    from dl2.publish import testbed_metrics
+
+    folder = PUBLISHED / "testbed"
+    jobs = pd.read_csv(folder / "evaluate" / "jobs.csv")
+    assert len(jobs) and jobs.jct_testbed.notna().all(), "every job of the testbed run finished"
+    assert json.loads((folder / "metrics.json").read_text()) == testbed_metrics(jobs, pd.read_csv(folder / "results.csv"))

@@ -89,10 +89,17 @@ def cmd_stage(args: argparse.Namespace) -> None:
 
 
 def cmd_publish(args: argparse.Namespace) -> None:
+    from dl2.errors import Dl2Error
     from dl2.paths import repo_root
-    from dl2.publish import publish_ablations
+    from dl2.publish import publish_ablations, publish_testbed
 
     data_dir = (args.data_dir or repo_root() / "data").resolve()
+    if args.testbed == (args.group is not None):
+        raise Dl2Error("say what to publish: --group GROUP (an ablate stage's axes) or --testbed (a kind testbed run)")
+    if args.testbed:
+        files = publish_testbed(data_dir)
+        print(f"published {len(files)} files into {data_dir / 'published' / 'testbed'}")
+        return
     axes = publish_ablations(data_dir, args.group)
     print(f"published {', '.join(axes)} into {data_dir / 'published' / 'ablations'} (ablate-{args.group}.json)")
 
@@ -148,8 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     stage.add_argument("--data-dir", type=Path, default=None)
     stage.set_defaults(func=cmd_stage)
 
-    publish = sub.add_parser("publish", help="copy an ablate stage's full-scale axes into data/published (committed metrics)")
-    publish.add_argument("--group", required=True, help="the ablation group whose last run to publish (params.yaml ablations.groups)")
+    publish = sub.add_parser("publish", help="copy an ablate stage's full-scale axes, or a kind testbed run, into data/published")
+    publish.add_argument("--group", default=None, help="the ablation group whose last run to publish (params.yaml ablations.groups)")
+    publish.add_argument("--testbed", action="store_true", help="the last pipeline run on kind (finetune.backend: kind)")
     publish.add_argument("--data-dir", type=Path, default=None)
     publish.set_defaults(func=cmd_publish)
 

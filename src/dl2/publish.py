@@ -55,3 +55,43 @@ def _check_axis(folder: Path, axis: str, entry: dict) -> None:
     if entry != tables.axis_metrics(tables.summary(results, entry["reference"]), entry["reference"], results.seed.nunique()):
         raise Dl2Error(f"{folder / 'results.csv'}: axis {axis!r}'s metrics do not follow from its results (a stale run?): "
                        "rerun the ablate stage")
+
+
+TESTBED_FILES = {  # published name: the pipeline output it copies (under the data folder)
+    "evaluate/jobs.csv": "evaluate/testbed/jobs.csv", "evaluate/slots.csv": "evaluate/testbed/slots.csv",
+    "evaluate/speed_error.csv": "evaluate/testbed/speed_error.csv", "evaluate/sim_to_real.png": "evaluate/testbed/sim_to_real.png",
+    "evaluate/speed_error.png": "evaluate/testbed/speed_error.png", "results.csv": "evaluate/results.csv",
+    "summary.md": "evaluate/summary.md", "finetune_history.csv": "learn/finetune_history.csv",
+}
+
+
+def testbed_metrics(jobs: pd.DataFrame, results: pd.DataFrame) -> dict:
+    """The published testbed run's DVC metrics: per policy, the average JCT on kind and in the simulator on the
+    profiled table (`dl2.k8s.replay.summary`), and the simulator evaluation's per-policy metrics."""
+    from dl2.k8s import replay
+    from dl2.learn.evaluate import summary_metrics, summary_table
+
+    testbed = {r.policy: {"kind_avg_jct": round(float(r.testbed), 6), "sim_avg_jct": round(float(r.sim), 6),
+                          "ratio": round(float(r.ratio), 6), "runs": int(r.runs)} for r in replay.summary(jobs).itertuples()}
+    return {"testbed": testbed, "simulator": summary_metrics(summary_table(results))}
+
+
+def publish_testbed(data_dir: Path) -> list[str]:
+    """Copy a kind testbed run's outputs (`evaluate` with `finetune.backend: kind`) into
+    `data_dir/published/testbed/` and write its metrics; returns the files published. Nothing is written
+    unless every file is there and the run replayed traces on the testbed."""
+    sources = {name: data_dir / source for name, source in TESTBED_FILES.items()}
+    for path in sources.values():
+        if not path.is_file():
+            raise Dl2Error(f"{path}: no such file: run the pipeline with finetune.backend=kind first "
+                           "(README, \"The paper's loop on kind\")")
+    jobs = pd.read_csv(sources["evaluate/jobs.csv"])
+    if jobs.empty:
+        raise Dl2Error(f"{sources['evaluate/jobs.csv']}: no testbed runs in it: "
+                       "the evaluate stage ran with a finetune.backend other than kind")
+    published = data_dir / "published" / "testbed"
+    for name, path in sources.items():
+        with atomic_path(published / name) as tmp:
+            shutil.copyfile(path, tmp)
+    write_json_atomic(published / "metrics.json", testbed_metrics(jobs, pd.read_csv(sources["results.csv"])))
+    return [*TESTBED_FILES, "metrics.json"]
