@@ -121,6 +121,16 @@ def test_the_speed_error_splits_steady_slots_from_starts_and_leaves_the_last_slo
     assert error.error == pytest.approx(-0.25)
 
 
+def test_a_configuration_counts_as_starting_until_its_pods_have_trained():
+    starts = replay.StartTracker()
+    # pods created in slot 0 still starting in slot 1, then training; a resize in slot 4; pods recreated in slot 6
+    seen = [starts.started("job-1", config, created, trained) for config, created, trained in
+            [((1, 1), True, 0.0), ((1, 1), False, 0.0), ((1, 1), False, 2.0), ((1, 1), False, 3.0),
+             ((2, 2), True, 1.0), ((2, 2), False, 4.0), ((2, 2), True, 1.0)]]
+    assert seen == [True, True, True, False, True, False, True]
+    assert starts.started("job-2", (1, 1), False, 1.0), "another job's first slot starts it"
+
+
 def test_the_summary_sets_the_testbed_beside_the_simulator_per_policy():
     jobs = pd.DataFrame([{"policy": p, "seed": -1, "trace": t, "job_id": j, "model": "wlm", "epochs": 10.0,
                           "jct_testbed": kind, "jct_sim": sim}

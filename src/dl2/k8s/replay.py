@@ -5,7 +5,8 @@ speed table, per job and per slot (DESIGN §6).
 slot, each running job's allocation and the epochs its pods trained in it. `compare` does that for every
 (policy, trace) and sets the simulator's prediction beside it: per job, the testbed's JCT and the
 simulator's; per slot, the epochs trained and the epochs the speed table predicts for the same #PS and
-#workers (a slot whose configuration started in it pays the pods' start-up, which the table does not hold).
+#workers (a slot whose configuration started in it, or whose pods were still starting, pays their start-up, which the
+table does not hold).
 """
 
 from __future__ import annotations
@@ -34,13 +35,31 @@ SLOT_COLUMNS = ["policy", "seed", "trace", "slot", "job_id", "model", "num_ps", 
                 "epochs_predicted", "started"]
 
 
+class StartTracker:
+    """Which slots of a job hold its configuration's start-up: those before its pods under that configuration
+    acknowledged any training, and those whose pods were (re)created in the slot."""
+
+    def __init__(self) -> None:
+        self.trained_under: dict[str, tuple[int, int]] = {}  # per job: the configuration whose pods trained it last
+
+    def started(self, job: str, configuration: tuple[int, int], created_in_slot: bool, trained: float) -> bool:
+        """Whether `job`'s slot under `configuration` (#PS, #workers), in which it trained `trained` epochs, started it."""
+        started = created_in_slot or self.trained_under.get(job) != configuration
+        if trained > 0:
+            self.trained_under[job] = configuration
+        return started
+
+
 def replay(backend: KubeCluster, trace: Trace, scheduler: Scheduler, progress: Callable[[str], None] | None = None,
            ) -> tuple[dict[int, float], list[dict]]:
     """Run `trace` on `backend` under `scheduler` to completion: (JCT by job id, one row per slot and running job:
-    slot, job_id, model, num_ps, num_workers, epochs_trained, epochs_predicted, started)."""
+    slot, job_id, model, num_ps, num_workers, epochs_trained, epochs_predicted, started). `started`: the
+    slot's configuration had not trained the job in an earlier slot (its pods started in this slot, or were
+    still starting), so the slot holds start-up as well as training."""
     backend.restart(trace)
     table, names = backend.scenario.table, backend.catalog.names
     before: dict[str, float] = {}
+    starts = StartTracker()
     rows = []
     while not backend.done:
         slot = backend.slot
@@ -57,9 +76,10 @@ def replay(backend: KubeCluster, trace: Trace, scheduler: Scheduler, progress: C
             remaining = float(job["spec"]["epochs"]) - (progress_now - trained)
             predicted = min(float(table[model, ps, workers]), remaining) if ps and workers else 0.0
             generation = (status.get("training") or {}).get("generation")
+            started = starts.started(name, (ps, workers), generation == slot, trained)
             rows.append({"slot": slot, "job_id": int(status["jobId"]), "model": names[model], "num_ps": ps,
                          "num_workers": workers, "epochs_trained": trained, "epochs_predicted": predicted,
-                         "started": generation == slot})
+                         "started": started})
         if progress is not None:
             progress(slot_line(slot, reward, backend.census()))
     backend.close()
@@ -90,7 +110,8 @@ def compare(backend: KubeCluster, policies: Mapping[tuple[str, int], Callable[[]
 
 def speed_error(slots: pd.DataFrame) -> pd.DataFrame:
     """Per job type: the epochs the pods trained over those the profiled table predicts, in slots whose
-    configuration ran the whole slot (`steady`) and in slots where it started (`started`); `error` is
+    configuration had trained before and ran the whole slot (`steady`) and in slots where it started
+    (`started`, start-up included); `error` is
     steady's ratio minus 1. The last slot of a job (it finished within it) is left out: the table does not know
     when within the slot it ended."""
     full = slots[slots.epochs_predicted > 0]
