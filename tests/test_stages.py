@@ -96,6 +96,8 @@ def test_a_notebooks_parameters_are_paths_and_overrides_and_it_loads_its_stage_a
     every_line = "".join("".join(c["source"]) for c in cells)
     assert "load_params" not in every_line and "params.yaml\")" not in every_line  # no second way to read params
     assert all(not c.get("outputs") and c.get("execution_count") is None for c in cells if c["cell_type"] == "code")
+    ids = [c.get("id") for c in cells]
+    assert None not in ids and len(set(ids)) == len(ids), "every cell has its own id (nbformat 4.5)"
 
 
 def test_the_dvc_file_is_read_from_the_project(monkeypatch, tmp_path):
