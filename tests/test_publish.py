@@ -89,7 +89,7 @@ def write_testbed_run(data: Path, jobs: int = 2) -> None:
     rows = [{"policy": p, "seed": -1 if p == "drf" else 0, "trace": 0, "job_id": j, "model": "wlm", "epochs": 10.0,
              "jct_testbed": 4.0 + j, "jct_sim": 2.0} for p in ("drf", "dl2") for j in range(1, jobs + 1)]
     folder = data / "evaluate" / "testbed"
-    write_csv_atomic(folder / "jobs.csv", pd.DataFrame(rows[: 2 * jobs], columns=replay.JOB_COLUMNS))
+    write_csv_atomic(folder / "jobs.csv", pd.DataFrame(rows, columns=replay.JOB_COLUMNS))
     write_csv_atomic(folder / "slots.csv", pd.DataFrame(columns=replay.SLOT_COLUMNS))
     write_csv_atomic(folder / "speed_error.csv", pd.DataFrame(columns=["model"]))
     for name in ("sim_to_real.png", "speed_error.png"):

@@ -89,7 +89,6 @@ def cmd_stage(args: argparse.Namespace) -> None:
 
 
 def cmd_publish(args: argparse.Namespace) -> None:
-    from dl2.errors import Dl2Error
     from dl2.paths import repo_root
     from dl2.publish import publish_ablations, publish_testbed
 

@@ -1,4 +1,5 @@
-"""Publishing an `ablate` stage's full-scale results into `data/published/ablations/` (committed DVC metrics).
+"""Publishing an `ablate` stage's full-scale results into `data/published/ablations/`, and a pipeline run on the
+kind testbed into `data/published/testbed/` (committed DVC metrics).
 
 A group's axes can run in several sittings (`-S 'ablations.groups.model=[teacher]'`): each publish copies the
 axes the stage just ran and merges their entries into the group's published metrics, keeping the axes
@@ -35,12 +36,16 @@ def publish_ablations(data_dir: Path, group: str) -> list[str]:
     published = data_dir / "published" / "ablations"
     for axis, folder in folders.items():
         for name in tables.axis_files(axis):
-            with atomic_path(published / axis / name) as tmp:
-                shutil.copyfile(folder / name, tmp)
+            _copy(folder / name, published / axis / name)
     target = published / f"ablate-{group}.json"
     merged = json.loads(target.read_text()) if target.is_file() else {}
     write_json_atomic(target, {**merged, **metrics})
     return list(metrics)
+
+
+def _copy(source: Path, target: Path) -> None:
+    with atomic_path(target) as tmp:
+        shutil.copyfile(source, tmp)
 
 
 def _check_axis(folder: Path, axis: str, entry: dict) -> None:
@@ -91,7 +96,6 @@ def publish_testbed(data_dir: Path) -> list[str]:
                        "the evaluate stage ran with a finetune.backend other than kind")
     published = data_dir / "published" / "testbed"
     for name, path in sources.items():
-        with atomic_path(published / name) as tmp:
-            shutil.copyfile(path, tmp)
+        _copy(path, published / name)
     write_json_atomic(published / "metrics.json", testbed_metrics(jobs, pd.read_csv(sources["results.csv"])))
     return [*TESTBED_FILES, "metrics.json"]
