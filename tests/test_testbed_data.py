@@ -110,7 +110,7 @@ def slots_frame() -> pd.DataFrame:
     rows = []
     for slot, (trained, predicted, started) in enumerate([(2.0, 4.0, True), (3.0, 4.0, False), (3.0, 4.0, False), (1.0, 1.0, False)]):
         rows.append({"policy": "drf", "seed": -1, "trace": 0, "slot": slot, "job_id": 1, "model": "wlm", "num_ps": 1,
-                     "num_workers": 1, "epochs_trained": trained, "epochs_predicted": predicted, "started": started})
+                     "num_workers": 1, "seconds": 20.0, "epochs_trained": trained, "epochs_predicted": predicted, "started": started})
     return pd.DataFrame(rows, columns=replay.SLOT_COLUMNS)
 
 

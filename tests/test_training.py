@@ -256,6 +256,27 @@ def test_sigkill_loses_no_acknowledged_step(tmp_path, victim):
     assert progress["done"] and progress["steps"] >= 300 and progress["generation"] == 1
 
 
+def _catches_sigterm(pid: int) -> bool:
+    status = Path(f"/proc/{pid}/status").read_text()
+    caught = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
+    return bool(caught & (1 << (signal.SIGTERM - 1)))
+
+
+def test_sigterm_while_torch_imports_stops_the_process_at_once(tmp_path):
+    """A container's process is PID 1, which ignores a signal it has no handler for: the handler must be in
+    place before the slow imports, or a pod deleted while it starts runs on until its grace period's SIGKILL."""
+    job = Job(tmp_path, "wlm", 1, 1, epochs=1, generation=0)
+    for _, proc, _ in job.procs:
+        deadline = time.monotonic() + 30
+        while not _catches_sigterm(proc.pid):
+            assert proc.poll() is None and time.monotonic() < deadline, job.dump()
+            time.sleep(0.005)
+        assert "libtorch" not in Path(f"/proc/{proc.pid}/maps").read_text(), "SIGTERM is caught before torch loads"
+        proc.send_signal(signal.SIGTERM)
+    assert job.wait(timeout=60) == {"ps 0": 0, "worker 0": 0}, job.dump()
+    assert all("stopped before the rendezvous completed" in job.text(n) for n in ("ps 0", "worker 0")), job.dump()
+
+
 def test_processes_of_a_stale_generation_refuse_to_start(tmp_path):
     (tmp_path / "state").mkdir()
     (tmp_path / "state" / "owner.json").write_text('{"generation": 8}')

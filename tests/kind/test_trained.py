@@ -101,6 +101,7 @@ def test_a_trace_trains_to_completion_with_jcts_in_status_and_mlflow(cluster, ku
         assert status["training"]["steps"] >= epochs * steps_per_epoch, status  # progress is what the pods trained
         assert status["progress"] == epochs
         assert status["training"]["loss"] < status["training"]["firstLoss"], status
+        assert status["progressSeconds"] >= SLOT_SECONDS - 0.5, "a slot lasts at least its seconds since the last reading"
     jct = {name: float(j["status"]["jct"]) for name, j in jobs.items()}
     assert result["jct"] == jct
     metrics = MlflowClient(mlflow_store).get_run(result["mlflow_run"]).data.metrics

@@ -94,7 +94,7 @@ class KubeCluster:
         names = {p["metadata"]["name"] for p in self.kube.list(Pod, self.namespace, labels={JOB_LABEL: None})}
         self._delete_pods(None)
         if self.workload.grace_seconds:
-            self._await_gone(names)
+            self._await_stopped(names, gone=True)
 
     # --- state read from the cluster -------------------------------------------------------------
     def clock(self) -> dict:
@@ -204,7 +204,7 @@ class KubeCluster:
 
     def resume(self) -> float:
         """Run the observed slot with its committed allocation: pods, progress, clock; returns the reward."""
-        view = self._need_view()
+        view, started = self._need_view(), time.time()
         tasks = self.committed
         if tasks is None:
             raise Dl2Error(f"slot {view['slot']}: no allocation committed")
@@ -218,7 +218,7 @@ class KubeCluster:
             per_job[name].append((role, node))
         self._show_allocation(slot, active, per_job)
         changes = self._reconcile_pods(slot, active, per_job, view["specs"])
-        reward, completed = self.workload.advance(self.kube, slot, active, view["specs"], node_names)
+        reward, completed = self.workload.advance(self.kube, slot, active, view["specs"], node_names, started)
         if completed:
             self._delete_pods(set(completed))
         self._record(view, tasks, changes, reward)
@@ -310,7 +310,7 @@ class KubeCluster:
                     self.kube.delete(Pod, meta["name"], self.namespace, grace_seconds=self.workload.grace_seconds)
                     changes += 1
         if self.workload.grace_seconds and any(name not in kept for name in desired):
-            self._await_gone(going)
+            self._await_stopped(going)
         for name, (manifest, node) in desired.items():
             if name not in kept:
                 self.kube.create(manifest)
@@ -318,14 +318,18 @@ class KubeCluster:
                 changes += 1
         return changes
 
-    def _await_gone(self, names: set[str]) -> None:
-        """Wait until the pods `names` have stopped: a kubelet counts a terminating pod's resources until it is
-        gone, and refuses a new pod that does not fit beside it. Pods still there `STOP_MARGIN_S` after their
-        grace period (their node is lost) are removed without waiting for their kubelet."""
+    def _await_stopped(self, names: set[str], gone: bool = False) -> None:
+        """Wait until the pods `names` have stopped: gone, or every container terminated (a pod that finished on
+        its own, or whose containers exited after its checkpoint); with `gone`, until they are gone. A kubelet
+        counts a pod's resources until its containers have stopped and refuses a new pod that does not fit
+        beside it; the rest of a deleted pod's cleanup (its sandbox, volumes, the object's removal) may take far
+        longer on a busy node and holds no resources. Pods still running `STOP_MARGIN_S` after their grace period (their node is lost)
+        are removed without waiting for their kubelet."""
         deadline = time.monotonic() + self.workload.grace_seconds + STOP_MARGIN_S
         while names:
-            present = {p["metadata"]["name"] for p in self.kube.list(Pod, self.namespace, labels={JOB_LABEL: None})}
-            names = names & present
+            running = {p["metadata"]["name"] for p in self.kube.list(Pod, self.namespace, labels={JOB_LABEL: None})
+                       if gone or not _stopped(p)}
+            names = names & running
             if names and time.monotonic() > deadline:
                 for name in names:
                     self.kube.delete(Pod, name, self.namespace, grace_seconds=0)
@@ -352,3 +356,11 @@ class KubeCluster:
         row[engine.STAT_RUNNING] = sum(len(r) == 2 for r in roles.values())
         row[engine.STAT_REWARD] = reward
         self.stats.append(row)
+
+
+def _stopped(pod: dict) -> bool:
+    """The pod's containers have all terminated (its phase is final, or each container's state says so)."""
+    status = pod.get("status", {})
+    containers = status.get("containerStatuses") or []
+    return status.get("phase") in ("Succeeded", "Failed") or (
+        bool(containers) and all("terminated" in (c.get("state") or {}) for c in containers))

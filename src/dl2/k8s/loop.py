@@ -52,7 +52,7 @@ def run(backend: KubeCluster, scheduler: Scheduler, slot_seconds: float = 0.0, m
                 slot = backend.slot
                 reward = run_slot(backend, scheduler)
                 if progress is not None:
-                    progress(slot_line(slot, reward, backend.census()))
+                    progress(slot_line(slot, reward, backend.census(), time.monotonic() - started))
             except ApiError as exc:
                 log(f"{exc}; trying the slot again in {backoff:.1f} s")
                 time.sleep(backoff)
@@ -67,7 +67,7 @@ def run(backend: KubeCluster, scheduler: Scheduler, slot_seconds: float = 0.0, m
     return ran
 
 
-def slot_line(slot: int, reward: float, census: dict[str, int]) -> str:
-    """What an operator reads after each slot."""
+def slot_line(slot: int, reward: float, census: dict[str, int], seconds: float) -> str:
+    """What an operator reads after each slot (`seconds`: the slot's wall-clock time)."""
     return (f"slot {slot}: {census['waiting']} waiting, {census['running']} running, {census['done']} done; "
-            f"{census['tasks']} tasks placed; reward {reward:.3f}")
+            f"{census['tasks']} tasks placed; reward {reward:.3f}; {seconds:.1f} s")

@@ -137,7 +137,8 @@ class Measuring(Trained):
     timeout: float = 300.0  # for a configuration to start and write its first progress record
     measured: list[dict] = field(default_factory=list)
 
-    def advance(self, kube: Kube, slot: int, jobs: list[dict], specs: list[JobSpec], nodes: set[str]) -> tuple[float, list[str]]:
+    def advance(self, kube: Kube, slot: int, jobs: list[dict], specs: list[JobSpec], nodes: set[str],
+                slot_start: float) -> tuple[float, list[str]]:
         job, spec = jobs[0], specs[0]
         folder, in_pod = self.state_folder(job), str(self.state_folder(job, in_pod=True))
         first = self._record(folder, lambda r: r["generation"] == slot,

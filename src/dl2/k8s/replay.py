@@ -5,14 +5,15 @@ speed table, per job and per slot (DESIGN §6).
 slot, each running job's allocation and the epochs its pods trained in it. `compare` does that for every
 (policy, trace) and sets the simulator's prediction beside it: per job, the testbed's JCT and the
 simulator's; per slot, the epochs trained and the epochs the speed table predicts for the same #PS and
-#workers (a slot whose configuration started in it, or whose pods were still starting, pays their start-up, which the
-table does not hold).
+#workers over the same wall-clock seconds (a slot whose configuration started in it, or whose pods were still
+starting, pays their start-up, which the table does not hold).
 """
 
 from __future__ import annotations
 
 import functools
 import shutil
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -31,8 +32,8 @@ from dl2.sim.scenario import Scenario
 from dl2.workload.traces import Trace
 
 JOB_COLUMNS = ["policy", "seed", "trace", "job_id", "model", "epochs", "jct_testbed", "jct_sim"]
-SLOT_COLUMNS = ["policy", "seed", "trace", "slot", "job_id", "model", "num_ps", "num_workers", "epochs_trained",
-                "epochs_predicted", "started"]
+SLOT_COLUMNS = ["policy", "seed", "trace", "slot", "job_id", "model", "num_ps", "num_workers", "seconds",
+                "epochs_trained", "epochs_predicted", "started"]
 
 
 class StartTracker:
@@ -53,16 +54,19 @@ class StartTracker:
 def replay(backend: KubeCluster, trace: Trace, scheduler: Scheduler, progress: Callable[[str], None] | None = None,
            ) -> tuple[dict[int, float], list[dict]]:
     """Run `trace` on `backend` under `scheduler` to completion: (JCT by job id, one row per slot and running job:
-    slot, job_id, model, num_ps, num_workers, epochs_trained, epochs_predicted, started). `started`: the
+    slot, job_id, model, num_ps, num_workers, seconds, epochs_trained, epochs_predicted, started). `seconds`: the
+    wall-clock time between the job's last reading and this slot's, in which its `epochs_trained` were trained
+    (a slot whose pod changes outlast `slot_seconds` runs longer); `epochs_predicted`: the profiled table's
+    epochs for as long, at most what the job had left. `started`: the
     slot's configuration had not trained the job in an earlier slot (its pods started in this slot, or were
     still starting), so the slot holds start-up as well as training."""
     backend.restart(trace)
-    table, names = backend.scenario.table, backend.catalog.names
+    table, names, slot_seconds = backend.scenario.table, backend.catalog.names, backend.scenario.preset.slot_seconds
     before: dict[str, float] = {}
     starts = StartTracker()
     rows = []
     while not backend.done:
-        slot = backend.slot
+        slot, started_at = backend.slot, time.monotonic()
         reward = run_slot(backend, scheduler)
         for job in backend.jobs():
             status, name = job.get("status", {}), job["metadata"]["name"]
@@ -74,14 +78,16 @@ def replay(backend: KubeCluster, trace: Trace, scheduler: Scheduler, progress: C
             ps, workers = int(allocation["ps"]), int(allocation["workers"])
             model = names.index(job["spec"]["model"])
             remaining = float(job["spec"]["epochs"]) - (progress_now - trained)
-            predicted = min(float(table[model, ps, workers]), remaining) if ps and workers else 0.0
+            seconds = float(status.get("progressSeconds", slot_seconds))  # since the job's last reading
+            per_slot = float(table[model, ps, workers]) if ps and workers else 0.0
+            predicted = min(per_slot * seconds / slot_seconds, remaining)
             generation = (status.get("training") or {}).get("generation")
             started = starts.started(name, (ps, workers), generation == slot, trained)
             rows.append({"slot": slot, "job_id": int(status["jobId"]), "model": names[model], "num_ps": ps,
-                         "num_workers": workers, "epochs_trained": trained, "epochs_predicted": predicted,
+                         "num_workers": workers, "seconds": seconds, "epochs_trained": trained, "epochs_predicted": predicted,
                          "started": started})
         if progress is not None:
-            progress(slot_line(slot, reward, backend.census()))
+            progress(slot_line(slot, reward, backend.census(), time.monotonic() - started_at))
     backend.close()
     return backend.jct(), rows
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -43,8 +43,10 @@ class Workload(Protocol):
     def pods(self, job: dict, spec: JobSpec, tasks: Tasks, slot: int, existing: list[dict]) -> Desired:
         """The pods `job` should have this slot for `tasks`; an existing pod named here is kept as it is."""
 
-    def advance(self, kube: Kube, slot: int, jobs: list[dict], specs: list[JobSpec], nodes: set[str]) -> tuple[float, list[str]]:
-        """Count the slot's training into the jobs' status; (the slot's reward, names of the jobs completed)."""
+    def advance(self, kube: Kube, slot: int, jobs: list[dict], specs: list[JobSpec], nodes: set[str],
+                slot_start: float) -> tuple[float, list[str]]:
+        """Count the slot's training into the jobs' status; (the slot's reward, names of the jobs completed).
+        `slot_start`: the wall-clock time (`time.time()`) the slot began, its pods' changes included."""
 
 
 def placeholder_pod_name(job: str, role: str, node: str, k: int) -> str:
@@ -71,7 +73,8 @@ class Emulated:
             desired[pod] = (pod_manifest(job, pod, role, _demand(spec, role), container), node)
         return desired
 
-    def advance(self, kube: Kube, slot: int, jobs: list[dict], specs: list[JobSpec], nodes: set[str]) -> tuple[float, list[str]]:
+    def advance(self, kube: Kube, slot: int, jobs: list[dict], specs: list[JobSpec], nodes: set[str],
+                slot_start: float) -> tuple[float, list[str]]:
         emulator = ProgressEmulator(kube, self.namespace, self.table, self.fine_grained)
         return emulator.advance(slot, jobs, [s.model for s in specs], nodes)
 
@@ -100,7 +103,6 @@ class Trained:
     fine_grained: bool
     checkpoint_seconds: float = 2.0
     grace_seconds: int = 60  # a stopped configuration checkpoints before it exits
-    _wall_start: float = field(default=0.0, repr=False)
 
     def state_folder(self, job: dict, in_pod: bool = False) -> Path:
         """Where the job's checkpoint and progress live, as the scheduler (or, `in_pod`, its pods) sees it:
@@ -115,6 +117,9 @@ class Trained:
         workers = sorted(node for role, node in tasks if role == "worker")
         ps = sorted(node for role, node in tasks if role == "ps")
         if not workers or not ps:
+            return {}
+        record = read_progress(self.state_folder(job))
+        if record is not None and record["done"]:  # it finished since the last reading: no new pods to start
             return {}
         live = [p for p in existing if not p["metadata"].get("deletionTimestamp")]
         placed = sorted((p["metadata"]["labels"][ROLE_LABEL], p["spec"].get("nodeName")) for p in live)
@@ -146,10 +151,14 @@ class Trained:
         return pod_manifest(job, pod, role, _demand(spec, role), container, labels={GENERATION_LABEL: str(generation)},
                             volumes=volumes, grace_seconds=self.grace_seconds)
 
-    def advance(self, kube: Kube, slot: int, jobs: list[dict], specs: list[JobSpec], nodes: set[str]) -> tuple[float, list[str]]:
-        """Let the pods train for `slot_seconds`, then count what each job checkpointed."""
-        wall_start = time.time()
-        time.sleep(self.slot_seconds)
+    def advance(self, kube: Kube, slot: int, jobs: list[dict], specs: list[JobSpec], nodes: set[str],
+                slot_start: float) -> tuple[float, list[str]]:
+        """Let the pods train until `slot_seconds` after `slot_start` (longer if the slot's pod changes took
+        longer), then count what each job checkpointed. Each job's status records when it was read
+        (`progressTime`) and the seconds since its last reading (`progressSeconds`): what its epochs were
+        trained in."""
+        time.sleep(max(0.0, slot_start + self.slot_seconds - time.time()))
+        reading = time.time()
         reward, done = 0.0, []
         for job, spec in zip(jobs, specs):
             status = job["status"]
@@ -159,18 +168,19 @@ class Trained:
             before = float(status.get("progress", 0.0))
             epochs = before if record is None else max(before, min(float(record["epochs"]), spec.epochs))
             reward += (epochs - before) / spec.epochs
-            update = {"progress": epochs, "progressSlot": slot, "progressPercent": f"{100 * epochs / spec.epochs:.1f}%"}
+            since = float(status.get("progressTime", slot_start))
+            update = {"progress": epochs, "progressSlot": slot, "progressPercent": f"{100 * epochs / spec.epochs:.1f}%",
+                      "progressTime": reading, "progressSeconds": reading - since}
             if record is not None:
                 update["training"] = {k: record[v] for k, v in TRAINING_FIELDS.items() if record.get(v) is not None}
             if record is not None and record["done"]:
-                fraction = min(1.0, max(0.0, (float(record["time"]) - wall_start) / self.slot_seconds)) if self.slot_seconds else 1.0
+                elapsed = reading - slot_start
+                fraction = min(1.0, max(0.0, (float(record["time"]) - slot_start) / elapsed)) if elapsed > 0 else 1.0
                 end = slot - 1 + fraction if self.fine_grained else float(slot)
                 update.update(phase="Succeeded", endSlot=end, **jct_status(end - float(status["admittedSlot"]) + 1.0))
                 done.append(job["metadata"]["name"])
             write_once(kube, self.namespace, job, slot, update)
         return reward, done
-
-
 
 
 def _demand(spec: JobSpec, role: str) -> tuple[int, int]:

@@ -3,9 +3,13 @@
 import os
 import sys
 
-from dl2.k8s.training.main import main
+from dl2.k8s.training.stopping import stop_on_signals
 
-code = main()
+stop = stop_on_signals()  # first: a pod deleted while this process imports torch must stop, not wait for SIGKILL
+
+from dl2.k8s.training.main import main  # noqa: E402
+
+code = main(stop=stop)
 sys.stdout.flush()
 sys.stderr.flush()
 os._exit(code)  # without interpreter teardown: receiving threads may still sit in gloo, which would hang or abort it

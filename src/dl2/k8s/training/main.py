@@ -13,7 +13,6 @@ that is not this job's, or a stale or reused generation.
 from __future__ import annotations
 
 import argparse
-import signal
 import threading
 import time
 import traceback
@@ -27,6 +26,7 @@ from dl2.k8s.training.checkpoint import check_not_stale, claim_ownership
 from dl2.k8s.training.job import JobConfig
 from dl2.k8s.training.models import STANDINS, get_standin
 from dl2.k8s.training.ps import Coordinator, ParameterServer
+from dl2.k8s.training.stopping import stop_on_signals
 from dl2.k8s.training.worker import Worker
 
 
@@ -110,16 +110,19 @@ def train(job: JobConfig, stop: threading.Event, joined: threading.Event) -> int
         return 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python -m dl2.k8s.training`: one process of a job; returns the exit code."""
+def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> int:
+    """`python -m dl2.k8s.training`: one process of a job; returns the exit code. `stop`: set on SIGTERM
+    (`stop_on_signals`, made here when not given)."""
+    stop = stop or stop_on_signals()
     try:
         job, stop_timeout = parse(argv)
     except Dl2Error as exc:
         print(f"error: {exc}", flush=True)
         return 2
-    stop, joined = threading.Event(), threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    if stop.is_set():  # a signal while this process imported torch
+        job.log("stopped before the rendezvous completed")
+        return 0
+    joined = threading.Event()
     result: list[int] = []
     thread = threading.Thread(target=lambda: result.append(train(job, stop, joined)), daemon=True)
     thread.start()
