@@ -323,8 +323,8 @@ class KubeCluster:
         its own, or whose containers exited after its checkpoint); with `gone`, until they are gone. A kubelet
         counts a pod's resources until its containers have stopped and refuses a new pod that does not fit
         beside it; the rest of a deleted pod's cleanup (its sandbox, volumes, the object's removal) may take far
-        longer on a busy node and holds no resources. Pods still running `STOP_MARGIN_S` after their grace period (their node is lost)
-        are removed without waiting for their kubelet."""
+        longer on a busy node and holds no resources. Pods still running `STOP_MARGIN_S` after their grace
+        period (their node is lost) are removed without waiting for their kubelet."""
         deadline = time.monotonic() + self.workload.grace_seconds + STOP_MARGIN_S
         while names:
             running = {p["metadata"]["name"] for p in self.kube.list(Pod, self.namespace, labels={JOB_LABEL: None})
