@@ -86,8 +86,9 @@ def write_testbed_run(data: Path, jobs: int = 2) -> None:
     """What `evaluate` (with finetune.backend: kind) and `finetune` write for a testbed run."""
     from dl2.k8s import replay
 
-    rows = [{"policy": p, "seed": -1 if p == "drf" else 0, "trace": 0, "job_id": j, "model": "wlm", "epochs": 10.0,
-             "jct_testbed": 4.0 + j, "jct_sim": 2.0} for p in ("drf", "dl2") for j in range(1, jobs + 1)]
+    rows = [{"policy": p, "seed": -1 if p == "drf" else 0, "trace": 0, "repeat": r, "job_id": j, "model": "wlm",
+             "epochs": 10.0, "jct_testbed": 4.0 + j + r, "jct_sim": 2.0}
+            for p in ("drf", "dl2") for r in (0, 1) for j in range(1, jobs + 1)]
     folder = data / "evaluate" / "testbed"
     write_csv_atomic(folder / "jobs.csv", pd.DataFrame(rows, columns=replay.JOB_COLUMNS))
     write_csv_atomic(folder / "slots.csv", pd.DataFrame(columns=replay.SLOT_COLUMNS))
@@ -106,7 +107,7 @@ def test_publish_testbed_copies_a_kind_run_and_writes_its_metrics(tmp_path, caps
     folder = tmp_path / "published" / "testbed"
     assert (folder / "evaluate" / "jobs.csv").read_bytes() == (tmp_path / "evaluate" / "testbed" / "jobs.csv").read_bytes()
     metrics = json.loads((folder / "metrics.json").read_text())
-    assert metrics["testbed"]["drf"] == {"kind_avg_jct": 5.5, "sim_avg_jct": 2.0, "ratio": 2.75, "runs": 1}
+    assert metrics["testbed"]["drf"] == {"kind_avg_jct": 6.0, "sim_avg_jct": 2.0, "ratio": 3.0, "runs": 2, "repeat_sd": 0.5}
     assert metrics["simulator"]["drf"]["avg_jct"] == 2.0
 
 

@@ -109,7 +109,7 @@ def test_relative_speeds_set_the_profile_beside_the_authors_table():
 def slots_frame() -> pd.DataFrame:
     rows = []
     for slot, (trained, predicted, started) in enumerate([(2.0, 4.0, True), (3.0, 4.0, False), (3.0, 4.0, False), (1.0, 1.0, False)]):
-        rows.append({"policy": "drf", "seed": -1, "trace": 0, "slot": slot, "job_id": 1, "model": "wlm", "num_ps": 1,
+        rows.append({"policy": "drf", "seed": -1, "trace": 0, "repeat": 0, "slot": slot, "job_id": 1, "model": "wlm", "num_ps": 1,
                      "num_workers": 1, "seconds": 20.0, "epochs_trained": trained, "epochs_predicted": predicted, "started": started})
     return pd.DataFrame(rows, columns=replay.SLOT_COLUMNS)
 
@@ -132,10 +132,25 @@ def test_a_configuration_counts_as_starting_until_its_pods_have_trained():
 
 
 def test_the_summary_sets_the_testbed_beside_the_simulator_per_policy():
-    jobs = pd.DataFrame([{"policy": p, "seed": -1, "trace": t, "job_id": j, "model": "wlm", "epochs": 10.0,
+    jobs = pd.DataFrame([{"policy": p, "seed": -1, "trace": t, "repeat": 0, "job_id": j, "model": "wlm", "epochs": 10.0,
                           "jct_testbed": kind, "jct_sim": sim}
                          for p, kind, sim in (("drf", 4.0, 2.0), ("optimus", 3.0, 2.0)) for t in (0, 1) for j in (1, 2)],
                         columns=replay.JOB_COLUMNS)
     table = replay.summary(jobs).set_index("policy")
     assert table.loc["drf", "ratio"] == 2.0 and table.loc["optimus", "testbed"] == 3.0 and table.loc["drf", "runs"] == 2
+    assert table.loc["drf", "repeat_sd"] == 0.0, "one repeat: no spread"
     assert replay.metrics(jobs)["testbed.optimus.sim_avg_jct"] == 2.0
+
+
+def test_the_summary_gives_the_spread_of_a_policy_replaying_the_same_trace():
+    # trace 0 replayed three times (average JCTs 3, 4, 5: sd 0.816), trace 1 twice (6, 6: sd 0)
+    runs = [(0, 0, 3.0), (0, 1, 4.0), (0, 2, 5.0), (1, 0, 6.0), (1, 1, 6.0)]
+    jobs = pd.DataFrame([{"policy": "drf", "seed": -1, "trace": t, "repeat": r, "job_id": j, "model": "wlm",
+                          "epochs": 10.0, "jct_testbed": kind + (j - 1.5), "jct_sim": 2.0}
+                         for t, r, kind in runs for j in (1, 2)], columns=replay.JOB_COLUMNS)
+    row = replay.summary(jobs).set_index("policy").loc["drf"]
+    assert row.runs == 5 and row.testbed == pytest.approx(24.0 / 5)
+    assert row.repeat_sd == pytest.approx((2.0 / 3.0) ** 0.5 / 2)
+    assert replay.metrics(jobs)["testbed.drf.repeat_sd"] == pytest.approx(row.repeat_sd)
+    error = replay.speed_error(pd.concat([slots_frame(), slots_frame().assign(repeat=1, slot=lambda f: f.slot + 10)]))
+    assert error.set_index("model").loc["wlm"].steady_slots == 4, "each repeat's own last slot is left out"

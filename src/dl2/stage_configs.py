@@ -61,6 +61,7 @@ class EvaluateParams(Checked):
     heuristics: tuple[str, ...] = choice(*BUILTIN_POLICIES)
     testbed_heuristics: tuple[str, ...] = choice(*BUILTIN_POLICIES)  # run on the kind testbed beside DL2 (finetune.backend: kind)
     testbed_traces: int = bounded(at_least=1)  # validation traces replayed on the kind testbed
+    testbed_repeats: int = bounded(at_least=1)  # replays of each (policy, trace) on the testbed
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,10 @@ speed table, per job and per slot (DESIGN §6).
 
 `replay` runs one trace to completion on a `KubeCluster` whose pods really train and records, after every
 slot, each running job's allocation and the epochs its pods trained in it. `compare` does that for every
-(policy, trace) and sets the simulator's prediction beside it: per job, the testbed's JCT and the
-simulator's; per slot, the epochs trained and the epochs the speed table predicts for the same #PS and
-#workers over the same wall-clock seconds (a slot whose configuration started in it, or whose pods were still
-starting, pays their start-up, which the table does not hold).
+(policy, trace), as many times as asked (the testbed is not deterministic), and sets the simulator's prediction
+beside it: per job, the testbed's JCT and the simulator's; per slot, the epochs trained and the epochs the speed
+table predicts for the same #PS and #workers over the same wall-clock seconds (a slot whose configuration
+started in it, or whose pods were still starting, pays their start-up, which the table does not hold).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from dl2.schedulers.base import Scheduler
 from dl2.sim.scenario import Scenario
 from dl2.workload.traces import Trace
 
-JOB_COLUMNS = ["policy", "seed", "trace", "job_id", "model", "epochs", "jct_testbed", "jct_sim"]
-SLOT_COLUMNS = ["policy", "seed", "trace", "slot", "job_id", "model", "num_ps", "num_workers", "seconds",
+JOB_COLUMNS = ["policy", "seed", "trace", "repeat", "job_id", "model", "epochs", "jct_testbed", "jct_sim"]
+SLOT_COLUMNS = ["policy", "seed", "trace", "repeat", "slot", "job_id", "model", "num_ps", "num_workers", "seconds",
                 "epochs_trained", "epochs_predicted", "started"]
 
 
@@ -93,22 +93,23 @@ def replay(backend: KubeCluster, trace: Trace, scheduler: Scheduler, progress: C
 
 
 def compare(backend: KubeCluster, policies: Mapping[tuple[str, int], Callable[[], Scheduler]], traces: Sequence[Trace],
-            scenario: Scenario, log: Callable[[str], None] = print) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Every (policy label, seed) of `policies` (each a fresh scheduler per trace) on every trace: on the testbed and
-    in the simulator on `scenario` (the profiled table); returns (per-job rows `JOB_COLUMNS`, per-slot rows
-    `SLOT_COLUMNS`)."""
+            scenario: Scenario, log: Callable[[str], None] = print, repeats: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every (policy label, seed) of `policies` (each a fresh scheduler per run) on every trace, `repeats` times: on
+    the testbed and in the simulator on `scenario` (the profiled table; deterministic, so every repeat predicts the
+    same); returns
+    (per-job rows `JOB_COLUMNS`, per-slot rows `SLOT_COLUMNS`)."""
     jobs, slots = [], []
-    runs = [(label, seed, k) for (label, seed) in policies for k in range(len(traces))]
-    for n, (label, seed, k) in enumerate(runs, start=1):
-        trace = traces[k]
-        log(f"testbed {n}/{len(runs)}: {label} (seed {seed}) on trace {k} ({len(trace)} jobs)")
+    runs = [(label, seed, k, r) for (label, seed) in policies for k in range(len(traces)) for r in range(repeats)]
+    for n, (label, seed, k, r) in enumerate(runs, start=1):
+        trace, run = traces[k], {"policy": label, "seed": seed, "trace": k, "repeat": r}
+        log(f"testbed {n}/{len(runs)}: {label} (seed {seed}) on trace {k} ({len(trace)} jobs), repeat {r + 1} of {repeats}")
         jct, rows = replay(backend, trace, policies[label, seed](), progress=lambda line: log(f"  {line}"))
         predicted = simulate(trace, policies[label, seed](), scenario).jct
         for i, job_id in enumerate(trace.job_id.tolist()):
-            jobs.append({"policy": label, "seed": seed, "trace": k, "job_id": job_id, "model": trace.model_names[trace.model[i]],
+            jobs.append({**run, "job_id": job_id, "model": trace.model_names[trace.model[i]],
                          "epochs": float(trace.num_epochs[i]), "jct_testbed": jct.get(job_id, np.nan),
                          "jct_sim": float(predicted[i])})
-        slots += [{"policy": label, "seed": seed, "trace": k, **row} for row in rows]
+        slots += [{**run, **row} for row in rows]
         log(f"testbed {n}/{len(runs)}: average JCT {np.nanmean([jct.get(j, np.nan) for j in trace.job_id.tolist()]):.3f} slots "
             f"on the testbed, {float(np.mean(predicted)):.3f} in the simulator")
     return pd.DataFrame(jobs, columns=JOB_COLUMNS), pd.DataFrame(slots, columns=SLOT_COLUMNS)
@@ -121,7 +122,7 @@ def speed_error(slots: pd.DataFrame) -> pd.DataFrame:
     steady's ratio minus 1. The last slot of a job (it finished within it) is left out: the table does not know
     when within the slot it ended."""
     full = slots[slots.epochs_predicted > 0]
-    last = full.groupby(["policy", "seed", "trace", "job_id"]).slot.transform("max")
+    last = full.groupby(["policy", "seed", "trace", "repeat", "job_id"]).slot.transform("max")
     full = full[full.slot < last]
     out = []
     for model, group in full.groupby("model", sort=False):
@@ -134,9 +135,10 @@ def speed_error(slots: pd.DataFrame) -> pd.DataFrame:
 
 def evaluate_on_kind(learned: Mapping[str, Mapping[int, DL2Policy]], heuristics: Sequence[str], traces: Sequence[Trace],
                      scenario: Scenario, folder: str | Path | None = None, namespace: str = "dl2-evaluate",
-                     log: Callable[[str], None] = print) -> tuple[pd.DataFrame, pd.DataFrame]:
+                     log: Callable[[str], None] = print, repeats: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
     """`compare` on the kind testbed (`dl2 testbed up --kind`, in `folder` or the default): the heuristics, and
-    every learned policy greedily (as `evaluate` reports it), in real training pods, beside the simulator."""
+    every learned policy greedily (as `evaluate` reports it), in real training pods, `repeats` times each, beside
+    the simulator."""
     from dl2.k8s import kind
     from dl2.k8s.resources import ensure_namespace
 
@@ -152,7 +154,7 @@ def evaluate_on_kind(learned: Mapping[str, Mapping[int, DL2Policy]], heuristics:
         for label, by_seed in learned.items():
             for seed, policy in by_seed.items():
                 policies[label, seed] = functools.partial(DL2Scheduler, policy, greedy=True, name=label)
-        return compare(backend, policies, traces, scenario, log)
+        return compare(backend, policies, traces, scenario, log, repeats)
     finally:
         kube.close()
         shutil.rmtree(workload.runtime.shared_here / namespace, ignore_errors=True)
@@ -167,28 +169,33 @@ def write_outputs(folder: Path, jobs: pd.DataFrame, slots: pd.DataFrame) -> None
 
 def testbed_evaluation(backend: str, learned: Mapping[str, Mapping[int, DL2Policy]], heuristics: Sequence[str],
                        traces: Sequence[Trace], scenario: Scenario, log: Callable[[str], None] = print,
-                       ) -> tuple[pd.DataFrame, pd.DataFrame]:
+                       repeats: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The `evaluate` stage's testbed part: `evaluate_on_kind` where fine-tuning ran on kind (`backend`), else
     empty tables (no testbed to run on)."""
     if backend != "kind":
         return pd.DataFrame(columns=JOB_COLUMNS), pd.DataFrame(columns=SLOT_COLUMNS)
-    return evaluate_on_kind(learned, heuristics, traces, scenario, log=log)
+    return evaluate_on_kind(learned, heuristics, traces, scenario, log=log, repeats=repeats)
 
 
 def summary(jobs: pd.DataFrame) -> pd.DataFrame:
-    """Per policy: the average JCT on the testbed and in the simulator (mean over seeds and traces), and their
-    ratio (testbed over simulator: the sim-to-real gap in JCT)."""
-    per_run = jobs.groupby(["policy", "seed", "trace"], sort=False)[["jct_testbed", "jct_sim"]].mean()
+    """Per policy: the average JCT on the testbed and in the simulator (mean over seeds, traces and repeats), their
+    ratio (testbed over simulator: the sim-to-real gap in JCT), the runs, and `repeat_sd`: how much the testbed's
+    average JCT varies when the same policy replays the same trace (the sd over repeats, averaged over the
+    (seed, trace) pairs; 0 with one repeat)."""
+    per_run = jobs.groupby(["policy", "seed", "trace", "repeat"], sort=False)[["jct_testbed", "jct_sim"]].mean().reset_index()
+    repeat_sd = per_run.groupby(["policy", "seed", "trace"], sort=False).jct_testbed.std(ddof=0).groupby("policy", sort=False).mean()
     table = per_run.groupby("policy", sort=False).agg(testbed=("jct_testbed", "mean"), sim=("jct_sim", "mean"),
                                                       runs=("jct_sim", "size")).reset_index()
     table["ratio"] = table.testbed / table.sim
+    table["repeat_sd"] = table.policy.map(repeat_sd)
     return table
 
 
 def metrics(jobs: pd.DataFrame) -> dict[str, float]:
-    """`summary` as flat metrics: `testbed.<policy>.avg_jct`, `testbed.<policy>.sim_avg_jct`."""
+    """`summary` as flat metrics: `testbed.<policy>.avg_jct`, `.sim_avg_jct`, `.repeat_sd`."""
     out = {}
     for row in summary(jobs).itertuples():
         out[f"testbed.{row.policy}.avg_jct"] = float(row.testbed)
         out[f"testbed.{row.policy}.sim_avg_jct"] = float(row.sim)
+        out[f"testbed.{row.policy}.repeat_sd"] = float(row.repeat_sd)
     return out
