@@ -31,9 +31,10 @@ from dl2.schedulers.base import Scheduler
 from dl2.sim.scenario import Scenario
 from dl2.workload.traces import Trace
 
-JOB_COLUMNS = ["policy", "seed", "trace", "repeat", "job_id", "model", "epochs", "jct_testbed", "jct_sim"]
-SLOT_COLUMNS = ["policy", "seed", "trace", "repeat", "slot", "job_id", "model", "num_ps", "num_workers", "seconds",
-                "epochs_trained", "epochs_predicted", "started"]
+RUN_COLUMNS = ["policy", "seed", "trace", "repeat"]  # one replay of a trace: the key of its rows in both tables
+JOB_COLUMNS = [*RUN_COLUMNS, "job_id", "model", "epochs", "jct_testbed", "jct_sim"]
+SLOT_COLUMNS = [*RUN_COLUMNS, "slot", "job_id", "model", "num_ps", "num_workers", "seconds", "epochs_trained",
+                "epochs_predicted", "started"]
 
 
 class StartTracker:
@@ -94,17 +95,18 @@ def replay(backend: KubeCluster, trace: Trace, scheduler: Scheduler, progress: C
 
 def compare(backend: KubeCluster, policies: Mapping[tuple[str, int], Callable[[], Scheduler]], traces: Sequence[Trace],
             scenario: Scenario, log: Callable[[str], None] = print, repeats: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Every (policy label, seed) of `policies` (each a fresh scheduler per run) on every trace, `repeats` times: on
-    the testbed and in the simulator on `scenario` (the profiled table; deterministic, so every repeat predicts the
-    same); returns
-    (per-job rows `JOB_COLUMNS`, per-slot rows `SLOT_COLUMNS`)."""
-    jobs, slots = [], []
+    """Every (policy label, seed) of `policies` (each a fresh scheduler per run) on every trace, `repeats` times on
+    the testbed and once in the simulator on `scenario` (the profiled table; deterministic, so its prediction
+    serves every repeat); returns (per-job rows `JOB_COLUMNS`, per-slot rows `SLOT_COLUMNS`)."""
+    jobs, slots, predictions = [], [], {}
     runs = [(label, seed, k, r) for (label, seed) in policies for k in range(len(traces)) for r in range(repeats)]
     for n, (label, seed, k, r) in enumerate(runs, start=1):
-        trace, run = traces[k], {"policy": label, "seed": seed, "trace": k, "repeat": r}
+        trace, run = traces[k], dict(zip(RUN_COLUMNS, (label, seed, k, r)))
         log(f"testbed {n}/{len(runs)}: {label} (seed {seed}) on trace {k} ({len(trace)} jobs), repeat {r + 1} of {repeats}")
         jct, rows = replay(backend, trace, policies[label, seed](), progress=lambda line: log(f"  {line}"))
-        predicted = simulate(trace, policies[label, seed](), scenario).jct
+        if (label, seed, k) not in predictions:
+            predictions[label, seed, k] = simulate(trace, policies[label, seed](), scenario).jct
+        predicted = predictions[label, seed, k]
         for i, job_id in enumerate(trace.job_id.tolist()):
             jobs.append({**run, "job_id": job_id, "model": trace.model_names[trace.model[i]],
                          "epochs": float(trace.num_epochs[i]), "jct_testbed": jct.get(job_id, np.nan),
@@ -122,7 +124,7 @@ def speed_error(slots: pd.DataFrame) -> pd.DataFrame:
     steady's ratio minus 1. The last slot of a job (it finished within it) is left out: the table does not know
     when within the slot it ended."""
     full = slots[slots.epochs_predicted > 0]
-    last = full.groupby(["policy", "seed", "trace", "repeat", "job_id"]).slot.transform("max")
+    last = full.groupby([*RUN_COLUMNS, "job_id"]).slot.transform("max")
     full = full[full.slot < last]
     out = []
     for model, group in full.groupby("model", sort=False):
@@ -182,7 +184,7 @@ def summary(jobs: pd.DataFrame) -> pd.DataFrame:
     ratio (testbed over simulator: the sim-to-real gap in JCT), the runs, and `repeat_sd`: how much the testbed's
     average JCT varies when the same policy replays the same trace (the sd over repeats, averaged over the
     (seed, trace) pairs; 0 with one repeat)."""
-    per_run = jobs.groupby(["policy", "seed", "trace", "repeat"], sort=False)[["jct_testbed", "jct_sim"]].mean().reset_index()
+    per_run = jobs.groupby(RUN_COLUMNS, sort=False)[["jct_testbed", "jct_sim"]].mean().reset_index()
     repeat_sd = per_run.groupby(["policy", "seed", "trace"], sort=False).jct_testbed.std(ddof=0).groupby("policy", sort=False).mean()
     table = per_run.groupby("policy", sort=False).agg(testbed=("jct_testbed", "mean"), sim=("jct_sim", "mean"),
                                                       runs=("jct_sim", "size")).reset_index()
