@@ -73,7 +73,7 @@ def test_the_pods_it_creates_run_restricted(kube):
 def _scheduler(testbed, ns, params, *extra) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "dl2.cli", "k8s-scheduler", "run", f"--kubeconfig={testbed.kubeconfig}", f"--namespace={ns}",
            f"--pool={ns}", "--policy=drf", "--preset=k8s-test", f"--params={params}", "--slot-seconds=0.2",
-           "--lease-seconds=2", "--until-done", *extra]
+           "--lease-seconds=6", "--until-done", *extra]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -115,22 +115,31 @@ def _holder(kube: Kube, ns: str) -> str | None:
 
 def test_a_lease_held_and_renewed_is_not_taken_and_one_expired_is(kube):
     ns = space(kube)
-    a, b = Lease(kube, ns, duration=1, identity="a"), Lease(kube, ns, duration=1, identity="b")
+    a, b = Lease(kube, ns, duration=2, identity="a"), Lease(kube, ns, duration=2, identity="b")
     assert a.hold() and not b.hold()
-    time.sleep(0.6)
+    time.sleep(1.2)
     assert a.hold() and not b.hold()  # renewed in time
-    time.sleep(1.3)
+    time.sleep(2.6)
     assert b.hold() and not a.hold()  # a let it expire: b takes it, and a sees that
     b.release()
     assert a.hold()
 
 
+def test_a_holder_that_did_not_renew_within_its_duration_stops_counting_itself_holder(kube):
+    ns = space(kube)
+    a = Lease(kube, ns, duration=1, identity="a")
+    assert a.hold() and a.held
+    time.sleep(1.2)  # no renewal: another may take it any moment now, so a must not act on its old hold
+    assert not a.held
+    assert a.hold() and a.held  # nobody took it meanwhile: renewed
+
+
 def test_a_lease_kept_from_the_background_outlasts_its_duration_and_is_given_up_on_stop(kube):
     ns = space(kube)
-    a, b = Lease(kube, ns, duration=1, identity="a"), Lease(kube, ns, duration=1, identity="b")
+    a, b = Lease(kube, ns, duration=3, identity="a"), Lease(kube, ns, duration=3, identity="b")
     a.keep(log=pytest.fail)
     try:
-        time.sleep(2.5)  # a busy scheduler: no hold() from its loop for longer than the lease
+        time.sleep(7)  # a busy scheduler: no hold() from its loop for more than twice the lease
         assert a.held and not b.hold()
     finally:
         a.stop()

@@ -2,8 +2,10 @@
 two replicas, a restarted one beside a stale one), only the Lease's holder acts on a slot.
 
 A scheduler holds the Lease while it renews it within `duration` seconds; another takes it over only once
-a whole `duration` has passed since the holder's last renewal. Every write carries the object's
-resourceVersion, so of two schedulers racing for an expired Lease, exactly one wins.
+a whole `duration` has passed since the holder's last renewal. A holder whose renewals stall (a starved
+process, a slow API server) stops counting itself as holder once `duration` has passed since its last
+successful renewal, before another may take over. Every write carries the object's resourceVersion, so of
+two schedulers racing for an expired Lease, exactly one wins.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import datetime
 import socket
 import threading
+import time
 import uuid
 
 from lightkube.resources.coordination_v1 import Lease as LeaseObject
@@ -37,7 +40,8 @@ class Lease:
     def __init__(self, kube: Kube, namespace: str, duration: float = 15.0, identity: str | None = None, name: str = NAME):
         self.kube, self.namespace, self.duration, self.name = kube, namespace, duration, name
         self.identity = identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
-        self.held = False  # as of the last `hold()`
+        self._held = False  # as of the last `hold()`
+        self._renewed = float("-inf")  # time.monotonic() of the last successful renewal
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
 
@@ -50,7 +54,7 @@ class Lease:
                 try:
                     self.hold()
                 except ApiError as exc:
-                    self.held = False
+                    self._held = False
                     log(f"{exc}; renewing the lease again in {self.duration / 3:.1f} s")
                 self._stop.wait(self.duration / 3)
 
@@ -65,22 +69,26 @@ class Lease:
             self._renewer.join()
         self.release()
 
+    @property
+    def held(self) -> bool:
+        """Whether this scheduler holds the Lease: its last `hold()` got it, less than `duration` ago."""
+        return self._held and time.monotonic() - self._renewed < self.duration
+
     def hold(self) -> bool:
         """Take or renew the Lease; True while this scheduler holds it, False while another does."""
-        now = _now()
+        started = time.monotonic()  # the renewal counts from before the request: the API's view is never older
         try:
             lease = self.kube.get(LeaseObject, self.name, self.namespace)
         except ApiError as exc:
             if exc.status != 404:
                 raise
-            self.held = self._create(now)
-            return self.held
+            return self._won(self._create(_now()), started)
+        now = _now()  # after the read, so a slow read does not age the renewal written
         spec = lease.get("spec", {})
         holder, renewed = spec.get("holderIdentity"), spec.get("renewTime")
         expired = renewed is None or (now - _parse(renewed)).total_seconds() > spec.get("leaseDurationSeconds", self.duration)
         if holder not in (None, "", self.identity) and not expired:
-            self.held = False
-            return False
+            return self._won(False, started)
         spec = {**spec, "holderIdentity": self.identity, "leaseDurationSeconds": max(1, round(self.duration)),
                 "renewTime": _micro(now)}
         if holder != self.identity:
@@ -89,11 +97,15 @@ class Lease:
             self.kube.replace({**lease, "spec": spec})  # carries the resourceVersion read
         except ApiError as exc:
             if exc.status == 409:  # another scheduler wrote it first
-                self.held = False
-                return False
+                return self._won(False, started)
             raise
-        self.held = True
-        return True
+        return self._won(True, started)
+
+    def _won(self, held: bool, started: float) -> bool:
+        self._held = held
+        if held:
+            self._renewed = started
+        return held
 
     def release(self) -> None:
         """Give the Lease up at once if this scheduler holds it (a clean exit: another may take over now)."""
@@ -105,7 +117,7 @@ class Lease:
             raise
         if lease.get("spec", {}).get("holderIdentity") != self.identity:
             return
-        self.held = False
+        self._held = False
         spec = {**lease["spec"], "holderIdentity": None, "renewTime": None}
         try:
             self.kube.replace({**lease, "spec": spec})
