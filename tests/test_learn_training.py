@@ -31,6 +31,7 @@ from dl2.learn.exploration import Explorer
 from dl2.learn.learners import LEARNERS, make_trainer
 from dl2.learn.nets import masked_log_probs, net_config
 from dl2.learn.pretrain import pretrain, teacher_decisions
+from dl2.learn.replay import Replay, importance_beta
 from dl2.learn.rollout import run_policy
 from dl2.learn.settings import FinetunePlan, finetune_plan
 from dl2.learn.trainer import ALGORITHMS, Trainer
@@ -735,3 +736,18 @@ def test_params_read_as_dvc_writes_them_keep_off_a_string(tmp_path):
     path.write_text(text)
     plan = finetune_plan(load_params(path)["finetune"], str(path))
     assert plan.config.replay == "off" and plan.config.exploration == "off" and plan.config.lr == 0.001
+
+
+def test_prioritized_replay_corrects_mildly_as_the_authors_code_does():
+    # the authors' exponent: 0.1, grown by 1e-4 per batch drawn; it reaches 1 only after 9000 batches
+    assert importance_beta(0) == pytest.approx(0.1001) and importance_beta(199) == pytest.approx(0.12)
+    assert importance_beta(8998) < 1.0 == importance_beta(8999) == importance_beta(20000)
+    replay = Replay("prioritized", 512, window=2, num_features=NUM_FEATURES, num_actions=7)
+    rng = np.random.default_rng(0)
+    for reward in rng.exponential(1.0, 512) * 5:  # a few decisions paid far above the mean get high priority
+        replay.add(np.zeros((2, NUM_FEATURES)), np.ones(7, bool), 0, reward, np.zeros((2, NUM_FEATURES)), np.ones(7, bool), False)
+    replay.update(np.arange(512), rng.normal(0, 2, 512))
+    _, early = replay.sample(256, rng, importance_beta(199))
+    _, full = replay.sample(256, rng, 1.0)
+    assert early.max() <= 1.0 and early.mean() > 0.5  # the gradient keeps half its size or more 200 updates in
+    assert full.mean() < 0.1 * early.mean()  # where a schedule reaching 1 would shrink it tenfold and more

@@ -183,3 +183,18 @@ def speed_error(errors: pd.DataFrame) -> plt.Figure:
     ax.set(title="Sim-to-real speed: trained / predicted epochs per slot", xlabel="ratio (1: the table is right)", ylabel="")
     fig.tight_layout()
     return fig
+
+
+def generalisation(results: pd.DataFrame) -> plt.Figure:
+    """Each policy's average JCT over the lower bound under every shift of the test traces (mean ± sd over
+    training seeds and traces); 1 is the bound."""
+    data = results.assign(ratio=results.avg_jct / results.lower_bound)
+    fig, ax = plt.subplots(figsize=(9, 4))
+    sns.barplot(data, x="shift", y="ratio", hue="policy", errorbar="sd", ax=ax)
+    ax.axhline(1.0, color="black", ls="--", lw=1)
+    ax.set(title="Generalisation: trained policies on traces unlike their training traces", xlabel="",
+           ylabel="average JCT / lower bound")
+    ax.tick_params(axis="x", rotation=20)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    return fig

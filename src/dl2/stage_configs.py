@@ -62,6 +62,10 @@ class EvaluateParams(Checked):
     testbed_heuristics: tuple[str, ...] = choice(*BUILTIN_POLICIES)  # run on the kind testbed beside DL2 (finetune.backend: kind)
     testbed_traces: int = bounded(at_least=1)  # validation traces replayed on the kind testbed
     testbed_repeats: int = bounded(at_least=1)  # replays of each (policy, trace) on the testbed
+    shift_traces: int = bounded(at_least=1)  # validation traces each policy also plays moved by every shift
+    shift_arrivals: tuple[str, ...] = choice(*ARRIVAL_PATTERNS)  # the other arrival patterns
+    shift_loads: tuple[float, ...] = bounded(above=0)  # load factors (2: jobs arrive twice as fast)
+    shift_clusters: tuple[str, ...]  # presets whose cluster and workload size the policies also play
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,7 @@ class EvaluateStage:
     runs: RunSeeds  # the fine-tuned models to evaluate
     backend: str  # where they were fine-tuned (finetune.backend): on kind, they are also evaluated there
     evaluate: EvaluateParams
+    shift_clusters: tuple[Preset, ...]  # evaluate.shift_clusters, resolved
 
 
 @dataclass(frozen=True)
@@ -170,7 +175,9 @@ def _evaluate(params: dict, where: str, name: str) -> EvaluateStage:
     if finetune.get("backend") not in BACKENDS:
         raise Dl2Error(f"{where}: finetune.backend: expected one of {', '.join(BACKENDS)}, got {finetune.get('backend')!r}")
     evaluate = typed(EvaluateParams, section(params, "evaluate", where), where, "evaluate")
-    return EvaluateStage(_learn(params, where), runs, finetune["backend"], evaluate)
+    presets = presets_from(params, where)
+    clusters = tuple(preset_named(n, presets, f"{where}: evaluate.shift_clusters") for n in evaluate.shift_clusters)
+    return EvaluateStage(_learn(params, where), runs, finetune["backend"], evaluate, clusters)
 
 
 def _ablate(params: dict, where: str, name: str) -> AblateStage:

@@ -20,7 +20,7 @@ from dl2.errors import Dl2Error
 from dl2.learn.env import DecisionEnv
 from dl2.learn.exploration import Explorer
 from dl2.learn.nets import masked_log_probs
-from dl2.learn.replay import Replay
+from dl2.learn.replay import Replay, importance_beta
 from dl2.learn.trainer import Trainer
 from dl2.sim.state import NUM_FEATURES
 
@@ -83,8 +83,7 @@ class ActorCriticTrainer(Trainer):
 
     def _update(self) -> None:
         c = self.config
-        beta = min(1.0, 0.1 + 0.9 * self.updates / max(1, c.updates))
-        idx, weights = self.replay.sample(c.batch_size, self.rng, beta)
+        idx, weights = self.replay.sample(c.batch_size, self.rng, importance_beta(self.updates))
         if len(idx) == 0:
             return
         r = self.replay

@@ -7,13 +7,22 @@ import numpy as np
 from dl2.errors import Dl2Error
 
 KINDS = ("off", "uniform", "prioritized")
+BETA_START, BETA_STEP = 0.1, 1e-4  # the authors' code: importance-sampling exponent 0.1, grown by 1e-4 per batch drawn
+
+
+def importance_beta(update: int) -> float:
+    """The importance-sampling exponent of update `update` (0-based), as in the authors' prioritized replay:
+    0.1 grown by 1e-4 per batch drawn, capped at 1 (0.12 at update 200; 1 only after 9000 updates). Corrections
+    this mild keep the mean weight near 1, where a schedule reaching 1 within a short run shrinks it to about
+    0.02 and the policy gradient with it."""
+    return min(1.0, BETA_START + BETA_STEP * (update + 1))
 
 
 class Replay:
     """A ring buffer of decisions: raw state, mask, action, slot reward, next slot's first state, done.
 
     Prioritized: priority max(1, r - mean r) on insert, min(|advantage| + 0.01, 4)^0.9 on update;
-    sampling proportional to priority; importance weights (p / p_min)^-beta.
+    sampling proportional to priority; importance weights (p / p_min)^-beta, beta from `importance_beta`.
     `off` keeps only what was added since the last sample (on-policy updates).
     """
 

@@ -63,6 +63,11 @@ def split_traces(settings: LearnSettings, sc: Scenario) -> tuple[list[Trace], li
     return traces[: settings.train_traces], traces[settings.train_traces:]
 
 
+def validation_seeds(settings: LearnSettings) -> list[np.random.SeedSequence]:
+    """The seeds `split_traces` draws the validation traces from (to draw shifted versions of them)."""
+    return np.random.SeedSequence(settings.seed).spawn(settings.train_traces + settings.validation_traces)[settings.train_traces:]
+
+
 def selection_traces(settings: LearnSettings, sc: Scenario, count: int) -> list[Trace]:
     """`count` traces, from the seeds after `split_traces`'s, that fine-tuning keeps its best weights on:
     never trained on, and apart from the validation traces, so validation stays an unbiased estimate."""
