@@ -72,8 +72,8 @@ def tiny_preset(num_nodes: int = 2, max_tasks: int = 2, num_jobs: int = 6) -> Pr
 # The paper's learner as the authors' code sets it: what the RL tests train with, unless they say otherwise.
 PAPER_LEARNER = dict(algorithm="actor-critic", updates=1000, num_envs=8, lr=1e-4, lr_schedule="constant", entropy=0.1,
                      batch_size=256, critic="slot", gamma=0.9, reward="slot", replay="prioritized", replay_size=8192,
-                     learn_start=1024, exploration="code", epsilon=0.4, shaping="off", gae_lambda=0.95, clip=0.2, ppo_epochs=4,
-                     rollout_length=128, validate_every=100, checkpoint_every=100, select_traces=0, seed=0)
+                     learn_start=1024, exploration="code", learn_rule_actions=True, epsilon=0.4, shaping="off", gae_lambda=0.95,
+                     clip=0.2, ppo_epochs=4, rollout_length=128, validate_every=100, checkpoint_every=100, select_traces=0, seed=0)
 PPO = dict(algorithm="ppo", exploration="off", replay="off")
 
 

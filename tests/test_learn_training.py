@@ -751,3 +751,20 @@ def test_prioritized_replay_corrects_mildly_as_the_authors_code_does():
     _, full = replay.sample(256, rng, 1.0)
     assert early.max() <= 1.0 and early.mean() > 0.5  # the gradient keeps half its size or more 200 updates in
     assert full.mean() < 0.1 * early.mean()  # where a schedule reaching 1 would shrink it tenfold and more
+
+
+@pytest.mark.parametrize("learn_rule_actions", [True, False])
+def test_the_rules_actions_teach_the_policy_only_when_asked(learn_rule_actions):
+    train, validation = _traces(RL_SCENARIO, 4, seed=0), _traces(RL_SCENARIO, 2, seed=1)
+    config = rl_config(updates=1, num_envs=2, lr=0.01, entropy=0.0, batch_size=64, replay="uniform", learn_start=64,
+                       exploration="code", learn_rule_actions=learn_rule_actions, validate_every=100, checkpoint_every=100)
+    trainer = make_trainer(_void_loving_policy(seed=0), train, validation, RL_SCENARIO, config)
+    while not trainer._round():  # decisions until an update is due
+        pass
+    r = trainer.replay
+    assert r.by_rule[: r.size].any() and not r.by_rule[: r.size].all()  # the code rules replaced some sampled actions
+    r.by_rule[: r.size] = True  # now every stored action is a rule's
+    before = [p.detach().clone() for p in trainer.policy.net.parameters()]
+    trainer._update()
+    moved = any(not torch.equal(a, b) for a, b in zip(before, trainer.policy.net.parameters()))
+    assert moved == learn_rule_actions  # without: no gradient from the rules' actions (and no entropy term here)

@@ -6,7 +6,8 @@ exploration rule may replace each sampled action. Every decision of a slot gets 
 with `reward: job`, its job's share of it); the critic target is the slot reward (the authors' code) or
 the discounted TD target r + gamma * V(next slot's first state) (the paper); without a critic a
 moving-average baseline stands in. After every `num_envs` completed slots, one update: a batch from the
-replay, advantage = target - V(s) (scaled by importance weights when prioritized), policy gradient with
+replay, advantage = target - V(s) (scaled by importance weights when prioritized), policy gradient (with
+`learn_rule_actions: false`, over the actions the policy chose itself only; the rules' are off-policy) with
 an entropy bonus averaged over the `3W+1` actions (the authors' code: beta = 0.1 weighs it as theirs
 does), value regression.
 """
@@ -34,7 +35,7 @@ class ActorCriticTrainer(Trainer):
         self.optimizers = [self.policy_opt, self.value_opt]
         self.replay = Replay(c.replay, c.replay_size, window, NUM_FEATURES, 3 * window + 1)
         self.explorer = Explorer(c.exploration, c.epsilon)
-        self.pending: list[list[tuple[np.ndarray, np.ndarray, int, int]]] = [[] for _ in self.envs]
+        self.pending: list[list[tuple[np.ndarray, np.ndarray, int, int, bool]]] = [[] for _ in self.envs]
         self.ratios = self.rng.integers(3, 8, len(self.envs))  # the code rules' PS/worker ratio, redrawn each slot
         if c.reward == "job" and not all(hasattr(env, "job_reward") for env in self.envs):
             raise Dl2Error("finetune.reward: job needs the simulator's environments (backend: sim)")
@@ -54,17 +55,17 @@ class ActorCriticTrainer(Trainer):
         actions = self._sample(probs)
         ready = False
         for k, env in enumerate(self.envs):
-            action = self.explorer.choose(int(actions[k]), states[k], masks[k], probs[k], self.updates, self.rng,
-                                          int(self.ratios[k]))
+            sampled = int(actions[k])
+            action = self.explorer.choose(sampled, states[k], masks[k], probs[k], self.updates, self.rng, int(self.ratios[k]))
             job = int(env.window_jobs[action // 3]) if action < len(masks[k]) - 1 else -1
-            self.pending[k].append((states[k].copy(), masks[k].copy(), action, job))
+            self.pending[k].append((states[k].copy(), masks[k].copy(), action, job, action != sampled))
             _, reward, terminated, truncated, info = env.step(action)
             self.decisions += 1
             if not info["slot_end"]:
                 continue
-            for state, mask, act, job in self.pending[k]:
+            for state, mask, act, job, by_rule in self.pending[k]:
                 paid = reward if self.config.reward == "slot" else _job_reward(env, job)
-                self.replay.add(state, mask, act, paid, env.state, env.mask, terminated or truncated)
+                self.replay.add(state, mask, act, paid, env.state, env.mask, terminated or truncated, by_rule)
             self.pending[k].clear()
             self.ratios[k] = self.rng.integers(3, 8)
             self.slots_done += 1
@@ -115,6 +116,8 @@ class ActorCriticTrainer(Trainer):
         probs = log_probs.exp()
         entropy = -(probs * log_probs.masked_fill(~masks, 0.0)).sum(-1)
         weighted = advantages * torch.from_numpy(weights).float()
+        if not c.learn_rule_actions:  # the rules' actions teach the critic only; the policy, its own actions
+            weighted = weighted * torch.from_numpy(~r.by_rule[idx]).float()
         # as in the authors' code, the entropy term averages over the actions as well as the samples
         loss = -(weighted * chosen).mean() - c.entropy * entropy.mean() / masks.shape[-1]
         self.policy_opt.zero_grad()

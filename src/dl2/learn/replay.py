@@ -19,7 +19,8 @@ def importance_beta(update: int) -> float:
 
 
 class Replay:
-    """A ring buffer of decisions: raw state, mask, action, slot reward, next slot's first state, done.
+    """A ring buffer of decisions: raw state, mask, action, slot reward, next slot's first state, done, and
+    whether an exploration rule chose the action (`by_rule`) rather than the policy.
 
     Prioritized: priority max(1, r - mean r) on insert, min(|advantage| + 0.01, 4)^0.9 on update;
     sampling proportional to priority; importance weights (p / p_min)^-beta, beta from `importance_beta`.
@@ -37,15 +38,16 @@ class Replay:
         self.actions = np.zeros(capacity, dtype=np.int64)
         self.rewards = np.zeros(capacity)
         self.done = np.zeros(capacity, dtype=np.bool_)
+        self.by_rule = np.zeros(capacity, dtype=np.bool_)
         self.priority = np.ones(capacity)
         self.size = 0
         self.cursor = 0
         self.fresh: list[int] = []
 
-    def add(self, state, mask, action, reward, next_state, next_mask, done) -> None:
+    def add(self, state, mask, action, reward, next_state, next_mask, done, by_rule: bool = False) -> None:
         i = self.cursor
         self.states[i], self.masks[i], self.actions[i], self.rewards[i] = state, mask, action, reward
-        self.next_states[i], self.next_masks[i], self.done[i] = next_state, next_mask, done
+        self.next_states[i], self.next_masks[i], self.done[i], self.by_rule[i] = next_state, next_mask, done, by_rule
         mean = self.rewards[: self.size].mean() if self.size else reward
         self.priority[i] = max(1.0, reward - mean)
         self.cursor = (i + 1) % self.capacity

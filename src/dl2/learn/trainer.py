@@ -60,6 +60,7 @@ class RLConfig(Checked):
     replay_size: int = bounded(at_least=1)
     learn_start: int = bounded(at_least=1)  # decisions buffered before the first update
     exploration: str = choice("off", "paper", "code", "epsilon")  # actor-critic only
+    learn_rule_actions: bool  # actor-critic: the policy gradient also follows the actions exploration chose (the authors' code)
     epsilon: float = bounded(at_least=0, below=1)
     shaping: str = choice("off", "env", "analytical")  # ppo: potential from no model | the training world's speeds | analytical
     gae_lambda: float = bounded(at_least=0, at_most=1)  # ppo
