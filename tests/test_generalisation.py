@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from conftest import learn_settings
@@ -35,8 +37,8 @@ def test_a_load_factor_moves_arrivals_and_keeps_the_jobs(world):
 def test_shifts_leave_out_the_training_distribution_and_refuse_bad_values(world):
     settings, _, _ = world
     names = [s.name for s in generalisation.shifts(["ali", "google"], [1.0, 2.0], [get_preset("paper"), get_preset("dev")], settings)]
-    assert names == ["own", "arrivals-google", "load-200%", "cluster-dev"]  # ali, 1x and paper are its own
-    assert not any("." in name for name in names)  # DVC metric keys
+    assert names == ["own", "arrivals-google", "load-200pct", "cluster-dev"]  # ali, 1x and paper are its own
+    assert all(re.fullmatch(r"[a-z0-9-]+", name) for name in names)  # DVC metric keys, MLflow metric names
     with pytest.raises(Dl2Error, match="arrivals"):
         generalisation.shifts(["weekly"], [], [], settings)
     with pytest.raises(Dl2Error, match="loads"):

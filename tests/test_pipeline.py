@@ -118,6 +118,10 @@ def test_dvc_repro_runs_once_then_only_what_a_parameter_touches(tmp_path, monkey
             assert all(r.data.tags["mlflow.parentRunId"] == stage_run.info.run_id for r in cells if r.data.tags["dl2.axis"] == axis)
             summary = pd.read_csv(copy / "data" / "ablations" / group / axis / "summary.csv", dtype={"cell": str})
             assert list(summary.cell) == list(params["axes"][axis]["cells"]) and (summary.jct > 0).all()
+    shifted = pd.read_csv(copy / "data" / "evaluate" / "generalisation.csv")  # every policy under every shift
+    assert set(shifted["shift"]) == {"own", "arrivals-google", "arrivals-poisson", "load-50pct", "load-200pct", "cluster-dev",
+                                     "cluster-paper-large"}
+    assert {"dl2", "rl-only", "offline-rl", "sl-only", "drf", "optimus"} == set(shifted.policy)
     claims = pd.read_csv(copy / "data" / "reproduction" / "claims.csv")
     assert {"Fig. 9", "Table 2"} <= set(claims.source) and set(claims.status) <= {"reproduced", "direction only", "not reproduced"}
     report_html = (copy / "data" / "reproduction" / "report.html").read_text()

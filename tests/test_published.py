@@ -29,6 +29,15 @@ def test_published_evaluation_metrics_follow_from_its_per_trace_results(preset):
     assert per_policy == summary_metrics(summary_table(pd.read_csv(folder / "results.csv")))
 
 
+@pytest.mark.parametrize("preset", sorted(p.parent.name for p in PUBLISHED.glob("*/generalisation.csv")))
+def test_published_generalisation_metrics_follow_from_its_per_trace_results(preset):
+    from dl2.learn.generalisation import shift_metrics, shift_table
+
+    folder = PUBLISHED / preset
+    metrics = json.loads((folder / "generalisation.json").read_text())
+    assert metrics == shift_metrics(shift_table(pd.read_csv(folder / "generalisation.csv")))
+
+
 @pytest.mark.parametrize("group", sorted(p.stem.removeprefix("ablate-") for p in (PUBLISHED / "ablations").glob("ablate-*.json")))
 def test_published_ablation_metrics_follow_from_its_per_seed_results(group):
     metrics = json.loads((PUBLISHED / "ablations" / f"ablate-{group}.json").read_text())

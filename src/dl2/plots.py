@@ -195,6 +195,6 @@ def generalisation(results: pd.DataFrame) -> plt.Figure:
     ax.set(title="Generalisation: trained policies on traces unlike their training traces", xlabel="",
            ylabel="average JCT / lower bound")
     ax.tick_params(axis="x", rotation=20)
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     return fig

@@ -1,10 +1,10 @@
 """Generalisation: trained policies on traces unlike those they were trained on (issue 19).
 
 A *shift* changes one thing about the validation traces: their arrival pattern (`arrivals-google`),
-the load (`load-200%`: the same jobs arriving twice as fast; `load-50%`: half as fast), or the cluster
+the load (`load-200pct`: the same jobs arriving twice as fast; `load-50pct`: half as fast), or the cluster
 and workload size (`cluster-dev`: another preset's nodes, jobs and arrival cap, with the policy's own
 speed table, job lengths and task limit, so the policy can still act). Names carry no dots: they are
-DVC metric keys. Every shift draws from the
+DVC metric keys and MLflow metric names. Every shift draws from the
 validation traces' own seeds, so no trace of any shift was trained on, and the unshifted row
 (`own`) is the stage's validation result itself.
 """
@@ -52,7 +52,7 @@ def shifts(arrivals: Sequence[str], loads: Sequence[float], clusters: Sequence[P
             raise Dl2Error(f"generalisation loads: expected factors above 0, got {load!r}")
     found = [Shift(OWN)]
     found += [Shift(f"arrivals-{a}", arrivals=a) for a in arrivals if a != own.arrivals]
-    found += [Shift(f"load-{round(100 * load)}%", load=float(load)) for load in loads if load != 1]
+    found += [Shift(f"load-{round(100 * load)}pct", load=float(load)) for load in loads if load != 1]
     found += [Shift(f"cluster-{p.name}", cluster=p) for p in clusters if p.name != own.preset.name]
     return found
 
