@@ -56,24 +56,28 @@ def scenario(settings: LearnSettings, speed_model: str = "measured") -> Scenario
     return Scenario(settings.preset, options)
 
 
+def _trace_seeds(settings: LearnSettings, count: int) -> list[np.random.SeedSequence]:
+    """The first `count` trace seeds of `settings.seed`: training, then validation, then selection traces."""
+    return np.random.SeedSequence(settings.seed).spawn(count)
+
+
 def split_traces(settings: LearnSettings, sc: Scenario) -> tuple[list[Trace], list[Trace]]:
     """(training, validation) traces from `settings.seed`: disjoint seeds, so disjoint traces."""
-    seeds = np.random.SeedSequence(settings.seed).spawn(settings.train_traces + settings.validation_traces)
+    seeds = _trace_seeds(settings, settings.train_traces + settings.validation_traces)
     traces = [generate_trace(sc.preset, sc.catalog, s, arrivals=settings.arrivals) for s in seeds]
     return traces[: settings.train_traces], traces[settings.train_traces:]
 
 
 def validation_seeds(settings: LearnSettings) -> list[np.random.SeedSequence]:
     """The seeds `split_traces` draws the validation traces from (to draw shifted versions of them)."""
-    return np.random.SeedSequence(settings.seed).spawn(settings.train_traces + settings.validation_traces)[settings.train_traces:]
+    return _trace_seeds(settings, settings.train_traces + settings.validation_traces)[settings.train_traces:]
 
 
 def selection_traces(settings: LearnSettings, sc: Scenario, count: int) -> list[Trace]:
     """`count` traces, from the seeds after `split_traces`'s, that fine-tuning keeps its best weights on:
     never trained on, and apart from the validation traces, so validation stays an unbiased estimate."""
     first = settings.train_traces + settings.validation_traces
-    seeds = np.random.SeedSequence(settings.seed).spawn(first + count)[first:]
-    return [generate_trace(sc.preset, sc.catalog, s, arrivals=settings.arrivals) for s in seeds]
+    return [generate_trace(sc.preset, sc.catalog, s, arrivals=settings.arrivals) for s in _trace_seeds(settings, first + count)[first:]]
 
 
 def simulator_environments(run: str) -> EnvFactory:
