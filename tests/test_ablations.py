@@ -116,9 +116,10 @@ def test_a_stored_cell_result_is_reused_and_a_stale_one_is_not(tmp_path):
     cell = plan_of("pretraining").cells[0]
     stored = {"digest": cell.digest(0), "cell": cell.label, "seed": 0, "val_jct_greedy": 1.5}
     (tmp_path / f"{cell.label}-s0.json").write_text(json.dumps(stored))
-    assert ab_cells.run_cell(cell, 0, tmp_path) == stored  # resumed: nothing trained
+    assert ab_cells.stored_result(cell, 0, tmp_path) == stored  # resumed: nothing to train
     sl_only = next(c for c in plan_of("pretraining").cells if c.run == "sl-only")
     (tmp_path / f"{sl_only.label}-s0.json").write_text(json.dumps({**stored, "digest": "stale"}))
+    assert ab_cells.stored_result(sl_only, 0, tmp_path) is None
     result = ab_cells.run_cell(sl_only, 0, tmp_path)
     assert result["digest"] == sl_only.digest(0) and np.isfinite(result["val_jct_greedy"]) and result["history"] == {}
     measured = workflow.scenario(sl_only.settings)
@@ -152,7 +153,7 @@ def test_cells_that_compute_the_same_in_two_axes_train_once(tmp_path, monkeypatc
     assert (again["axis"], again["cell"]) == ("again", "same") and again["val_jct_greedy"] == first["val_jct_greedy"]
     assert json.loads((tmp_path / "again" / "same-s0.json").read_text()) == again
     trained.clear()
-    assert ab_cells.run_plans(plans, tmp_path, workers=1, progress=False) == results and trained == ["sl-only"]  # resumed as stored
+    assert ab_cells.run_plans(plans, tmp_path, workers=1, progress=False) == results and trained == []  # resumed as stored
 
 
 def test_cells_that_pretrain_alike_share_one_pretrained_policy_and_the_result_is_the_same(tmp_path):

@@ -609,7 +609,8 @@ def test_finetune_runs_in_worker_processes_end_as_in_one_process(tmp_path):
 # --- per-decision credit and the live scheduler's forward pass -----------------------------------------
 
 def test_gae_credits_each_decision_and_stops_at_slot_and_episode_ends():
-    from dl2.learn.ppo import Rollout, advantages
+    from dl2.learn.ppo import advantages
+    from dl2.learn.ppo_rollout import Rollout
 
     r = Rollout.empty(4, 1, window=1, features=NUM_FEATURES)
     r.rewards[:, 0] = [0.0, 1.0, 0.0, 2.0]  # decision 1 ends a slot (reward 1), decision 3 ends the episode

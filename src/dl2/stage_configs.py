@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dl2.config import Checked, bounded, choice, section, typed
+from dl2.distributed.executor import Executor
 from dl2.errors import Dl2Error
 from dl2.schedulers.builtin import BUILTIN_POLICIES
 from dl2.schedulers.registry import policy_names
@@ -96,6 +97,7 @@ class PretrainStage:
 class FinetuneStage:
     learn: LearnSettings
     finetune: FinetunePlan
+    executor: Executor
 
 
 @dataclass(frozen=True)
@@ -105,13 +107,15 @@ class EvaluateStage:
     backend: str  # where they were fine-tuned (finetune.backend): on kind, they are also evaluated there
     evaluate: EvaluateParams
     shift_clusters: tuple[Preset, ...]  # evaluate.shift_clusters, resolved
+    executor: Executor
 
 
 @dataclass(frozen=True)
 class AblateStage:
     group: str
     plans: tuple[AblationPlan, ...]  # one per axis of the group
-    workers: int  # cells trained at once
+    workers: int  # cells trained at once (on the local executor)
+    executor: Executor
 
 
 @dataclass(frozen=True)
@@ -164,7 +168,8 @@ def _pretrain(params: dict, where: str, name: str) -> PretrainStage:
 def _finetune(params: dict, where: str, name: str) -> FinetuneStage:
     from dl2.learn.settings import finetune_plan
 
-    return FinetuneStage(_learn(params, where), finetune_plan(section(params, "finetune", where), where))
+    return FinetuneStage(_learn(params, where), finetune_plan(section(params, "finetune", where), where),
+                         _executor(params, where))
 
 
 def _evaluate(params: dict, where: str, name: str) -> EvaluateStage:
@@ -177,7 +182,7 @@ def _evaluate(params: dict, where: str, name: str) -> EvaluateStage:
     evaluate = typed(EvaluateParams, section(params, "evaluate", where), where, "evaluate")
     presets = presets_from(params, where)
     clusters = tuple(preset_named(n, presets, f"{where}: evaluate.shift_clusters") for n in evaluate.shift_clusters)
-    return EvaluateStage(_learn(params, where), runs, finetune["backend"], evaluate, clusters)
+    return EvaluateStage(_learn(params, where), runs, finetune["backend"], evaluate, clusters, _executor(params, where))
 
 
 def _ablate(params: dict, where: str, name: str) -> AblateStage:
@@ -186,7 +191,11 @@ def _ablate(params: dict, where: str, name: str) -> AblateStage:
     group = name.split("@")[1]
     ablations = ablation_settings(section(params, "ablations", where), where)
     plans = group_plans(ablations, group, params, presets_from(params, where), where)
-    return AblateStage(group, tuple(plans), ablations.workers or os.cpu_count() or 1)
+    return AblateStage(group, tuple(plans), ablations.workers or os.cpu_count() or 1, _executor(params, where))
+
+
+def _executor(params: dict, where: str) -> Executor:
+    return typed(Executor, section(params, "executor", where), where, "executor")
 
 
 def _reproduction(params: dict, where: str, name: str) -> ReproductionStage:

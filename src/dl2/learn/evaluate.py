@@ -8,7 +8,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from dl2.distributed.executor import LOCAL, Executor
 from dl2.learn.agent import DL2Policy
+from dl2.learn.processes import run_jobs
 from dl2.learn.rollout import run_policy
 from dl2.learn.settings import RunSeeds
 from dl2.learn.workflow import model_name
@@ -38,23 +40,32 @@ def reference_jcts(summary: pd.DataFrame, results: pd.DataFrame) -> dict[str, fl
 
 
 def evaluate(learned: Mapping[str, Mapping[int, DL2Policy]], heuristics: Sequence[str], traces: Sequence[Trace],
-             scenario: Scenario, seed: int = 0) -> pd.DataFrame:
+             scenario: Scenario, seed: int = 0, executor: Executor = LOCAL) -> pd.DataFrame:
     """One row per (policy, training seed, trace): average JCT and its ratio to the lower bound.
 
     `learned` maps a name to its policies by training seed. A learned policy appears twice: greedy
     (its most likely action, under its own name) and sampling from its softmax (`<name>-sampled`, as the
-    authors validate). Heuristics are deterministic and get seed -1.
+    authors validate). Heuristics are deterministic and get seed -1. On a Ray `executor`, each policy plays
+    the traces as a task of its own; locally, all in this process.
     """
     bound = np.array([lower_bound_jct(t, scenario).mean() for t in traces])
+    jobs = [(name, -1, None, traces, scenario, seed) for name in heuristics] + \
+        [(name, k, policy, traces, scenario, seed) for name, policies in learned.items() for k, policy in policies.items()]
     rows = []
-    for name in heuristics:
-        jct = np.array([simulate_builtin(t, name, scenario).jct.mean() for t in traces])
-        rows += _rows(name, -1, jct, bound)
-    for name, policies in learned.items():
-        for k, policy in policies.items():
-            rows += _rows(name, k, run_policy(policy, traces, scenario, greedy=True).avg_jct, bound)
-            rows += _rows(f"{name}-sampled", k, run_policy(policy, traces, scenario, greedy=False, seed=seed).avg_jct, bound)
+    for _, played in run_jobs(_play, jobs, 1, executor=executor):
+        for name, k, jct in played:
+            rows += _rows(name, k, jct, bound)
     return pd.DataFrame(rows)
+
+
+def _play(name: str, k: int, policy: DL2Policy | None, traces: Sequence[Trace], scenario: Scenario,
+          seed: int) -> list[tuple[str, int, np.ndarray]]:
+    """(label, seed, average JCT per trace): heuristic `name` (`policy` None), or a learned policy greedily
+    and sampling."""
+    if policy is None:
+        return [(name, k, np.array([simulate_builtin(t, name, scenario).jct.mean() for t in traces]))]
+    return [(name, k, run_policy(policy, traces, scenario, greedy=True).avg_jct),
+            (f"{name}-sampled", k, run_policy(policy, traces, scenario, greedy=False, seed=seed).avg_jct)]
 
 
 def summary_table(results: pd.DataFrame) -> pd.DataFrame:

@@ -20,30 +20,9 @@ import torch
 from torch import nn
 
 from dl2.learn.nets import masked_log_probs
+from dl2.learn.ppo_rollout import Rollout, collect
 from dl2.learn.trainer import Trainer
 from dl2.sim.scenario import Scenario
-from dl2.sim.state import NUM_FEATURES
-
-
-@dataclass
-class Rollout:
-    """`steps` decisions of `n` environments, time-major."""
-
-    states: np.ndarray  # float32 (steps, n, window, 6)
-    masks: np.ndarray  # bool (steps, n, actions)
-    actions: np.ndarray  # int64 (steps, n)
-    log_probs: np.ndarray  # float32 (steps, n), under the policy that acted
-    values: np.ndarray  # float32 (steps + 1, n), the last row bootstraps
-    rewards: np.ndarray  # float32 (steps, n)
-    discounts: np.ndarray  # float32 (steps, n): 1 inside a slot, gamma where the slot ended
-    dones: np.ndarray  # bool (steps, n): the episode ended here
-
-    @classmethod
-    def empty(cls, steps: int, n: int, window: int, features: int) -> Rollout:
-        return cls(np.zeros((steps, n, window, features), np.float32), np.zeros((steps, n, 3 * window + 1), np.bool_),
-                   np.zeros((steps, n), np.int64), np.zeros((steps, n), np.float32),
-                   np.zeros((steps + 1, n), np.float32), np.zeros((steps, n), np.float32),
-                   np.ones((steps, n), np.float32), np.zeros((steps, n), np.bool_))
 
 
 def advantages(rollout: Rollout, lam: float) -> np.ndarray:
@@ -112,6 +91,7 @@ class PPOTrainer(Trainer):
         # Before the learners were split, one trainer drew the actor-critic's exploration ratios for every
         # run; PPO draws them too, so that a seed's random stream, and so its published results, stay the same.
         self.rng.integers(3, 8, len(self.envs))
+        self.cluster_actors = None  # RemoteClusters, when the environments live on Ray actors
 
     def step(self) -> bool:
         """One rollout, one update."""
@@ -119,35 +99,45 @@ class PPOTrainer(Trainer):
         return True
 
     def _collect(self) -> Rollout:
-        """`rollout_length` decisions in every environment under the current policy."""
-        c, n = self.config, len(self.envs)
+        """`rollout_length` decisions in every environment under the current policy: here, or on the Ray
+        actors that hold the environments (`use_cluster_actors`), with the same random draws."""
+        c = self.config
         slot_discount = 0.0 if c.critic == "slot" else c.gamma
-        out = Rollout.empty(c.rollout_length, n, self.policy.config.window, NUM_FEATURES)
-        for t in range(c.rollout_length):
-            states = np.stack([e.state for e in self.envs])
-            masks = np.stack([e.mask for e in self.envs])
-            log_probs, values = self._evaluate(states, masks)
-            actions = self._sample(np.exp(log_probs.astype(np.float64)))
-            out.states[t], out.masks[t], out.actions[t], out.values[t] = states, masks, actions, values
-            out.log_probs[t] = log_probs[np.arange(n), actions]
-            for k, env in enumerate(self.envs):
-                before = env.potential(self.potential_table) if self.potential_table is not None else 0.0
-                _, reward, terminated, truncated, info = env.step(int(actions[k]))
-                self.decisions += 1
-                discount = slot_discount if info["slot_end"] else 1.0
-                ended = terminated or truncated
-                after = env.potential(self.potential_table) if self.potential_table is not None and not ended else 0.0
-                out.rewards[t, k], out.discounts[t, k], out.dones[t, k] = reward + discount * after - before, discount, ended
-                if info["slot_end"]:
-                    self.slots_done += 1
-                    self.slot_rewards.append(reward)
-                if terminated:
-                    self.episode_jcts.append(float(np.mean(info["jct"])))
-                if ended:
-                    env.reset()
-        states = np.stack([e.state for e in self.envs])
-        out.values[-1] = self._evaluate(states, np.stack([e.mask for e in self.envs]))[1]
+        if self.cluster_actors is not None:
+            uniforms = self.rng.random((c.rollout_length, len(self.envs), 1))  # as `_sample` draws them, step by step
+            out, events = self.cluster_actors.collect(self.policy, self._values, uniforms)
+        else:
+            out, events = collect(self.envs, self._evaluate, lambda t: self._sample_uniforms(len(self.envs)),
+                                  c.rollout_length, self.potential_table, slot_discount, self.policy.config.window)
+        self.decisions += out.actions.size
+        for slot_reward, jct in events:
+            if slot_reward is not None:
+                self.slots_done += 1
+                self.slot_rewards.append(slot_reward)
+            if jct is not None:
+                self.episode_jcts.append(jct)
         return out
+
+    def use_cluster_actors(self, executor) -> None:
+        """Hold the training clusters on `executor.cluster_actors` Ray actors from now on."""
+        from dl2.learn.cluster_actors import RemoteClusters
+
+        self.cluster_actors = RemoteClusters(self.envs, executor, self.policy, self.potential_table, self.config)
+
+    def __getstate__(self) -> dict:
+        """A checkpoint holds the environments themselves, fetched back from their actors."""
+        state = dict(self.__dict__)
+        if self.cluster_actors is not None:
+            state["envs"] = self.cluster_actors.environments()
+        state["cluster_actors"] = None
+        return state
+
+    def close(self) -> None:
+        if self.cluster_actors is not None:
+            self.envs = self.cluster_actors.environments()
+            self.cluster_actors.close()
+            self.cluster_actors = None
+        super().close()
 
     def _update(self, rollout: Rollout) -> None:
         c = self.config
@@ -169,11 +159,16 @@ class PPOTrainer(Trainer):
     def _evaluate(self, states: np.ndarray, masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Masked log-probabilities and value estimates (the moving baseline without a critic)."""
         self.policy.net.eval()
+        log_probs = masked_log_probs(self.policy.net(self.policy.inputs(states)), torch.from_numpy(masks)).numpy()
+        return log_probs, self._values(states)
+
+    @torch.no_grad()
+    def _values(self, states: np.ndarray) -> np.ndarray:
+        """Value estimates of a batch of states (the moving baseline without a critic)."""
+        if self.config.critic == "off":
+            return np.full(len(states), self.baseline, np.float32)
         self.value.eval()
-        x = self.policy.inputs(states)
-        log_probs = masked_log_probs(self.policy.net(x), torch.from_numpy(masks)).numpy()
-        values = self.value(x).squeeze(-1).numpy() if self.config.critic != "off" else np.full(len(x), self.baseline, np.float32)
-        return log_probs, values
+        return self.value(self.policy.inputs(states)).squeeze(-1).numpy()
 
 
 def _potential_table(shaping: str, scenario: Scenario) -> np.ndarray | None:

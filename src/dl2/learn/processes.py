@@ -1,5 +1,7 @@
-"""Independent training jobs, in this process or in a pool of fresh ones (spawned: no state leaks between
-jobs, so a job's result is the one it would give alone)."""
+"""Independent jobs (ablation cells, fine-tuning runs, evaluations), run where the `executor` section says:
+in this process or a pool of fresh ones (`kind: local`), or as tasks on a Ray cluster (`kind: ray`,
+`dl2.distributed.ray_tasks`). Every job seeds itself, so a job's result is the one it would give alone,
+wherever it ran; the driver alone writes results to files and MLflow."""
 
 from __future__ import annotations
 
@@ -8,10 +10,19 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from typing import Any
 
+from dl2.distributed.executor import LOCAL, Executor
 
-def run_jobs(fn: Callable[..., Any], jobs: Sequence[tuple], workers: int, in_order: bool = True) -> Iterator[tuple[int, Any]]:
-    """(index, fn(*jobs[index])) for every job: in this process when `workers` <= 1, else `workers` at a
-    time in spawned processes, yielded in job order (`in_order`) or as each job ends."""
+
+def run_jobs(fn: Callable[..., Any], jobs: Sequence[tuple], workers: int, in_order: bool = True,
+             executor: Executor = LOCAL) -> Iterator[tuple[int, Any]]:
+    """(index, fn(*jobs[index])) for every job, yielded in job order (`in_order`) or as each job ends:
+    as Ray tasks (`executor.kind: ray`), else in this process when `workers` <= 1, else `workers` at a
+    time in spawned processes (no state leaks between jobs)."""
+    if executor.kind == "ray":
+        from dl2.distributed.ray_tasks import run_ray_jobs
+
+        yield from run_ray_jobs(fn, jobs, executor, in_order)
+        return
     workers = min(workers, len(jobs))
     if workers <= 1:  # in this process: no interpreter to start
         for index, args in enumerate(jobs):

@@ -84,6 +84,13 @@ class RLConfig(Checked):
             raise Dl2Error(f"shaping: only algorithm ppo shapes rewards, set shaping: off (got {self.shaping!r})")
 
 
+def sample_actions(probs: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
+    """One action per row of `probs` (unnormalised), picked by that row's uniform draw in [0, 1)."""
+    cumulative = np.cumsum(probs, axis=-1)
+    draws = uniforms * cumulative[:, -1:]
+    return np.minimum((cumulative <= draws).sum(axis=-1), probs.shape[-1] - 1)
+
+
 class Trainer:
     """One fine-tuning run; `train()` runs until `config.updates` updates are done. Subclasses implement
     `step()` (collect experience and update) and list their optimizers in `optimizers`."""
@@ -140,6 +147,11 @@ class Trainer:
                 self.save(checkpoint)
         return pd.DataFrame(self.history)
 
+    def use_cluster_actors(self, executor) -> None:
+        """Hold the training environments on Ray actors (`executor.cluster_actors`); only PPO can."""
+        raise Dl2Error(f"executor.cluster_actors: algorithm {self.config.algorithm} updates between the decisions of a slot, "
+                       "so its clusters step in the learner's process; set executor.cluster_actors: 0 or finetune.algorithm: ppo")
+
     def close(self) -> None:
         """Free what the training environments hold outside this process (a cluster's pods); a checkpoint
         written before still resumes, its environments starting their next trace."""
@@ -155,9 +167,11 @@ class Trainer:
 
     def _sample(self, probs: np.ndarray) -> np.ndarray:
         """One action per row of `probs`, drawn with the trainer's generator."""
-        cumulative = np.cumsum(probs, axis=-1)
-        draws = self.rng.random((len(probs), 1)) * cumulative[:, -1:]
-        return np.minimum((cumulative <= draws).sum(axis=-1), probs.shape[-1] - 1)
+        return sample_actions(probs, self._sample_uniforms(len(probs)))
+
+    def _sample_uniforms(self, rows: int) -> np.ndarray:
+        """The draws `_sample` takes for `rows` actions."""
+        return self.rng.random((rows, 1))
 
     def _validate(self, seconds: float) -> dict:
         sampled = run_policy(self.policy, self.validation, self.validation_scenario, greedy=False, seed=self.config.seed)

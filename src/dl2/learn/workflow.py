@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from dl2.distributed.executor import LOCAL, Executor
 from dl2.errors import Dl2Error
 from dl2.learn.agent import DL2Policy
 from dl2.learn.env import DecisionEnv
@@ -87,12 +88,13 @@ def simulator_environments(run: str) -> EnvFactory:
 
 def finetune_run(name: str, settings: LearnSettings, rl: RLConfig, pretrained: DL2Policy | None, checkpoint: Path,
                  make_env: EnvFactory = DecisionEnv, backend: str = "sim",
-                 on_row: Callable[[dict], None] | None = None) -> tuple[DL2Policy, pd.DataFrame]:
+                 on_row: Callable[[dict], None] | None = None, executor: Executor = LOCAL) -> tuple[DL2Policy, pd.DataFrame]:
     """One RL run of `RUNS`, resuming from `checkpoint` when it holds this very run (else starting over); training in the
     environments `make_env` builds (`backend` names them: a checkpoint of another backend is not resumed),
     validation on the simulator with measured speeds. Returns the chosen policy (`RLConfig.select_traces`)
     and the validation history, whose `chosen` column marks the update it comes from. `pretrained` may be
-    None for a run that starts from scratch (`rl-only`)."""
+    None for a run that starts from scratch (`rl-only`). With `executor.cluster_actors`, the training
+    clusters live on Ray actors (the same results)."""
     speed_model, from_pretrained = RUNS[name]
     measured = scenario(settings)
     world = scenario(settings, speed_model)
@@ -112,6 +114,8 @@ def finetune_run(name: str, settings: LearnSettings, rl: RLConfig, pretrained: D
             DL2Policy(network(settings), measured.preset.max_tasks, settings.assign_bundle)
         trainer = make_trainer(start, train, validation, world, rl, validation_scenario=measured, tag=tag,
                                make_env=make_env, selection=selection_traces(settings, measured, rl.select_traces))
+    if executor.cluster_actors:
+        trainer.use_cluster_actors(executor)
     try:
         history = trainer.train(checkpoint=checkpoint, on_row=on_row)
     finally:
@@ -121,18 +125,26 @@ def finetune_run(name: str, settings: LearnSettings, rl: RLConfig, pretrained: D
 
 def finetune_all(plan: FinetunePlan, settings: LearnSettings, pretrained: DL2Policy, checkpoints: Path,
                  environments: Callable[[str], EnvFactory] = simulator_environments,
-                 on_row: Callable[[str, dict], None] | None = None) -> Iterator[tuple[str, int, DL2Policy, pd.DataFrame]]:
+                 on_row: Callable[[str, dict], None] | None = None,
+                 executor: Executor = LOCAL) -> Iterator[tuple[str, int, DL2Policy, pd.DataFrame]]:
     """Every (run, seed) of `plan`, as (run, seed, policy, history) in plan order, each run training in the
     environments `environments(run)` builds; `on_row(model, row)` per validation row. On the simulator,
-    `plan.processes` runs train at once in separate processes (each run seeds itself, so the results are
-    those of one process) and their rows are passed on as each run ends."""
+    the runs go to `executor`: `plan.processes` at a time in separate processes, or as Ray tasks (each run
+    seeds itself, so the results are those of one process), and their rows are passed on as each run ends;
+    with `executor.cluster_actors`, one after another here, each learner's clusters on Ray actors.
+    On a testbed, the runs train one after another in this process."""
     jobs = [(run, seed, replace(plan.config, seed=seed)) for run in plan.runs for seed in plan.seeds]
     workers = plan.processes if plan.backend == "sim" else 1
-    live = on_row is not None and min(workers, len(jobs)) <= 1  # rows as they come, in this process
+    executor = executor if plan.backend == "sim" else LOCAL
+    actors = executor if executor.cluster_actors else LOCAL  # runs in this process, each over Ray actors
+    runs_on = LOCAL if executor.cluster_actors else executor
+    if executor.cluster_actors:
+        workers = 1
+    live = on_row is not None and runs_on.kind == "local" and min(workers, len(jobs)) <= 1  # rows as they come, here
     args = [(name, settings, config, pretrained, checkpoints / f"{model_name(name, seed)}.ckpt", environments(name),
-             plan.backend, functools.partial(on_row, model_name(name, seed)) if live else None)
+             plan.backend, functools.partial(on_row, model_name(name, seed)) if live else None, actors)
             for name, seed, config in jobs]
-    for index, (policy, history) in run_jobs(finetune_run, args, workers):
+    for index, (policy, history) in run_jobs(finetune_run, args, workers, executor=runs_on):
         name, seed, _ = jobs[index]
         if on_row is not None and not live:
             for row in history.drop(columns=["run", "chosen"]).to_dict(orient="records"):

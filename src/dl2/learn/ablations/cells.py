@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from dl2.distributed.executor import LOCAL, Executor
 from dl2.learn import workflow
 from dl2.learn.ablations.plan import AblationPlan, Cell
 from dl2.learn.agent import DL2Policy
@@ -31,20 +32,25 @@ from dl2.sim.scenario import Scenario
 from dl2.workload.traces import Trace
 
 
-def run_cell(cell: Cell, seed: int, out_dir: Path) -> dict:
-    """Train `cell` with `seed` (resuming its checkpoint), evaluate it on the validation traces, and store
-    the result as `<out_dir>/<label>-s<seed>.json`; a stored result for the same digest is returned as is."""
+def stored_result(cell: Cell, seed: int, out_dir: Path) -> dict | None:
+    """The result `run_plans` stored for `cell` and `seed` under `out_dir`, if it is of this very cell."""
     path = out_dir / f"{cell.label}-s{seed}.json"
-    digest = cell.digest(seed)
     if path.is_file():
         stored = json.loads(path.read_text())
-        if stored.get("digest") == digest:
+        if stored.get("digest") == cell.digest(seed):
             return stored
+    return None
+
+
+def run_cell(cell: Cell, seed: int, out_dir: Path) -> dict:
+    """Train `cell` with `seed` (resuming its checkpoint under `out_dir`) and evaluate it on the validation
+    traces: the result `run_plans` stores as `<out_dir>/<label>-s<seed>.json`."""
+    digest = cell.digest(seed)
     torch.set_num_threads(1)
     settings = cell.settings
     measured = workflow.scenario(settings)
     train, validation = workflow.split_traces(settings, measured)
-    checkpoint = out_dir / f"{cell.label}-s{seed}.ckpt"
+    checkpoint = out_dir / f"{cell.label}-s{seed}.ckpt"  # removed by `run_plans` once the result is stored
     policy = None if cell.run == "rl-only" else _pretrained(cell, seed, settings, train, validation, measured,
                                                              out_dir.parent / "pretrained")
     history = pd.DataFrame()
@@ -61,8 +67,6 @@ def run_cell(cell: Cell, seed: int, out_dir: Path) -> dict:
               "val_jct_greedy": float(np.mean(greedy)), "val_jct_sampled": float(np.mean(sampled)),
               "lower_bound": float(np.mean(bound)), "optimus": float(heuristic["optimus"]), "teacher": float(heuristic[teacher]),
               "history": history.to_dict(orient="list")}
-    write_json_atomic(path, result)
-    checkpoint.unlink(missing_ok=True)
     return result
 
 
@@ -80,9 +84,11 @@ def _pretrained(cell: Cell, seed: int, settings: LearnSettings, train: list[Trac
     return policy
 
 
-def run_plans(plans: list[AblationPlan], cells_dir: str | Path, workers: int, progress: bool = True) -> dict[str, list[dict]]:
-    """Every (cell, seed) of every plan (a group's axes), `workers` at a time in one pool of processes;
-    each axis's results, in plan order, stored under `<cells_dir>/<axis>`."""
+def run_plans(plans: list[AblationPlan], cells_dir: str | Path, workers: int, progress: bool = True,
+              executor: Executor = LOCAL) -> dict[str, list[dict]]:
+    """Every (cell, seed) of every plan (a group's axes), `workers` at a time in one pool of processes or
+    as Ray tasks (`executor`); each axis's results, in plan order, stored under `<cells_dir>/<axis>` as
+    each cell ends, by this process. A cell stored before is not trained again."""
     from tqdm.auto import tqdm
 
     jobs = [(plan.axis, cell, seed) for plan in plans for cell in plan.cells for seed in plan.seeds]
@@ -95,20 +101,35 @@ def run_plans(plans: list[AblationPlan], cells_dir: str | Path, workers: int, pr
     unique = list(first.values())
     bar = tqdm(total=len(jobs), desc="ablation cells", disable=not progress)
     results: dict[tuple[str, str, int], dict] = {}
-    args = [(jobs[i][1], jobs[i][2], Path(cells_dir) / jobs[i][0]) for i in unique]
-    for k, result in run_jobs(run_cell, args, workers, in_order=False):
+
+    def finish(trained: int, result: dict) -> None:
+        """Store `result` as that of every cell computing what job `trained` computed."""
         for index, (axis, cell, seed) in enumerate(jobs):
-            if digests[index] == digests[unique[k]]:
-                results[axis, cell.label, seed] = _as_cell(result, axis, cell, seed, Path(cells_dir) / axis)
+            if digests[index] == digests[trained]:
+                results[axis, cell.label, seed] = _store(result, axis, cell, seed, Path(cells_dir) / axis)
                 bar.update()
+        axis, cell, seed = jobs[trained]
+        (Path(cells_dir) / axis / f"{cell.label}-s{seed}.ckpt").unlink(missing_ok=True)
+
+    to_train = []
+    for i in unique:
+        axis, cell, seed = jobs[i]
+        stored = stored_result(cell, seed, Path(cells_dir) / axis)
+        if stored is None:
+            to_train.append(i)
+        else:
+            finish(i, stored)
+    args = [(jobs[i][1], jobs[i][2], Path(cells_dir) / jobs[i][0]) for i in to_train]
+    for k, result in run_jobs(run_cell, args, workers, in_order=False, executor=executor):
+        finish(to_train[k], result)
     bar.close()
     return {plan.axis: [results[plan.axis, cell.label, seed] for cell in plan.cells for seed in plan.seeds] for plan in plans}
 
 
-def _as_cell(result: dict, axis: str, cell: Cell, seed: int, out_dir: Path) -> dict:
-    """`result`, trained by a cell that computes the same (the same digest), stored as `cell`'s own."""
-    if (result["axis"], result["cell"]) == (axis, cell.label):
-        return result
+def _store(result: dict, axis: str, cell: Cell, seed: int, out_dir: Path) -> dict:
+    """`result` (trained by `cell` or by a cell that computes the same: the same digest) as `cell`'s own,
+    written to `cell`'s file unless stored there already."""
     mine = {**result, "axis": axis, "cell": cell.label}
-    write_json_atomic(out_dir / f"{cell.label}-s{seed}.json", mine)
+    if stored_result(cell, seed, out_dir) is None:
+        write_json_atomic(out_dir / f"{cell.label}-s{seed}.json", mine)
     return mine
