@@ -104,9 +104,14 @@ def cmd_publish(args: argparse.Namespace) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
+    if args.ray:
+        from dl2.bench_ray import ray_benchmark
+
+        print(json.dumps(ray_benchmark(args.out or Path("bench-ray.json")), indent=2))
+        return
     from dl2.bench import run_benchmark
 
-    print(json.dumps(run_benchmark(args.out, repeats=args.repeats, learn=not args.no_learn), indent=2))
+    print(json.dumps(run_benchmark(args.out or Path("bench.json"), repeats=args.repeats, learn=not args.no_learn), indent=2))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -160,10 +165,12 @@ def build_parser() -> argparse.ArgumentParser:
     publish.add_argument("--data-dir", type=Path, default=None)
     publish.set_defaults(func=cmd_publish)
 
-    bench = sub.add_parser("bench", help="measure simulator speed; writes JSON")
-    bench.add_argument("--out", type=Path, default=Path("bench.json"))
+    bench = sub.add_parser("bench", help="measure simulator speed (or, with --ray, the Ray executor); writes JSON")
+    bench.add_argument("--out", type=Path, default=None, help="the JSON file (default bench.json, or bench-ray.json with --ray)")
     bench.add_argument("--repeats", type=int, default=20)
     bench.add_argument("--no-learn", action="store_true", help="skip the learning benchmark (rollouts, latency, pretraining)")
+    bench.add_argument("--ray", action="store_true", help="instead: a reduced ablation group in-process and on 1 and 2 local "
+                                                          "Ray nodes (speedup, overhead per task, equality)")
     bench.set_defaults(func=cmd_bench)
 
     from dl2.k8s.cli import add_parsers as add_kubernetes_parsers
