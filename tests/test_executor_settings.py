@@ -35,6 +35,8 @@ def test_a_bad_executor_setting_names_its_key(tmp_path, key, value, words):
 def test_an_address_where_no_ray_cluster_answers_is_refused_at_once(monkeypatch):
     with pytest.raises(Dl2Error, match=r"executor.address: no Ray cluster answers at '127.0.0.1:\d+'.*ray start --head"):
         connect(Executor("ray", f"127.0.0.1:{free_port()}", 1.0, 0, 0))
+    with pytest.raises(Dl2Error, match=r"no Ray cluster answers at 'ray://127.0.0.1:\d+'"):  # a Ray Client address
+        connect(Executor("ray", f"ray://127.0.0.1:{free_port()}", 1.0, 0, 0))
     monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{free_port()}")
     with pytest.raises(Dl2Error, match=r"\$RAY_ADDRESS: no Ray cluster answers"):
         connect(Executor("ray", None, 1.0, 0, 0))

@@ -109,6 +109,34 @@ def test_training_clusters_on_ray_actors_train_as_in_the_learners_process(two_no
     _assert_same_run(spread, history_spread, resumed, history_resumed, exact=True)
 
 
+def test_a_node_that_dies_under_the_training_clusters_costs_the_run_nothing(two_nodes, tmp_path):
+    settings = learn_settings(window=10, network="per-job", train_traces=3, validation_traces=1)
+    config = rl_config(**{**PPO, "updates": 8, "num_envs": 4, "batch_size": 64, "rollout_length": 24, "validate_every": 1,
+                          "checkpoint_every": 1, "select_traces": 0})
+    torch.manual_seed(0)
+    pretrained = DL2Policy(workflow.network(settings), 8, settings.assign_bundle)
+    executor = Executor("ray", two_nodes.address, 0.5, 3, 2)  # an actor a node (spread), and both fit on one
+    calm, history_calm = workflow.finetune_run("sl-rl", settings, config, pretrained, tmp_path / "calm.ckpt", executor=executor)
+    checkpoint = tmp_path / "storm.ckpt"
+    killed = []
+
+    def kill_once_checkpointed():
+        deadline = time.monotonic() + 300
+        while not checkpoint.is_file() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        killed.append(two_nodes.kill_node(two_nodes.workers[0]))
+
+    watcher = threading.Thread(target=kill_once_checkpointed, daemon=True)
+    watcher.start()
+    with pytest.warns(UserWarning, match="actor holding training clusters died.*resuming from"):
+        stormy, history_stormy = workflow.finetune_run("sl-rl", settings, config, pretrained, checkpoint, executor=executor)
+    watcher.join(timeout=60)
+    assert killed
+    pd.testing.assert_frame_equal(history_calm.drop(columns="seconds"), history_stormy.drop(columns="seconds"))
+    for a, b in zip(calm.net.state_dict().values(), stormy.net.state_dict().values()):
+        assert torch.equal(a, b)
+
+
 def test_evaluation_on_ray_gives_the_local_table(two_nodes):
     settings = learn_settings(window=10, network="per-job", train_traces=1, validation_traces=2)
     measured = workflow.scenario(settings)

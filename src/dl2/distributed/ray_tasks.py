@@ -42,8 +42,9 @@ def connect(executor: Executor) -> None:
 
 
 def _answers(address: str, timeout: float = 5.0) -> bool:
-    """Whether something accepts connections at a `host:port` address (other forms, such as `auto`, pass)."""
-    host, _, port = address.rpartition(":")
+    """Whether something accepts connections at a `host:port` address, or a Ray Client one
+    (`ray://host:port`); other forms, such as `auto`, pass."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
     if not host or not port.isdigit():
         return True
     try:

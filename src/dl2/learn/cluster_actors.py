@@ -12,7 +12,9 @@ network scores a batch through matrix products whose rounding depends on the bat
 scores its own group's states, so log-probabilities differ from the in-process trainer's in the last bits
 (about 1e-8). A run on actors therefore takes the in-process run's decisions (a draw would have to fall
 within 1e-8 of a boundary to change one) and ends with weights equal to rounding. On the same number of
-actors a run is the same bit for bit, resumed from its checkpoint or not.
+actors a run is the same bit for bit, resumed from its checkpoint or not. An actor lost with its node
+raises `ClustersLost`; `workflow.finetune_run` then resumes the run from its checkpoint on new actors,
+so it ends with the numbers it would have had.
 """
 
 from __future__ import annotations
@@ -23,11 +25,16 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from dl2.errors import Dl2Error
 from dl2.learn.agent import DL2Policy
 from dl2.learn.env import DecisionEnv
 from dl2.learn.nets import masked_log_probs
 from dl2.learn.ppo_rollout import Events, Rollout, collect
 from dl2.learn.trainer import RLConfig
+
+
+class ClustersLost(Dl2Error):
+    """An actor holding training clusters died (its node, or its process)."""
 
 
 class ClusterGroup:
@@ -71,7 +78,8 @@ class RemoteClusters:
         count = min(executor.cluster_actors, len(envs))
         bounds = np.linspace(0, len(envs), count + 1).round().astype(int)
         self.groups = [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
-        actor = ray.remote(num_cpus=executor.cpus_per_job, max_restarts=0, runtime_env=driver_threads())(ClusterGroup)
+        actor = ray.remote(num_cpus=executor.cpus_per_job, max_restarts=0, runtime_env=driver_threads(),
+                           scheduling_strategy="SPREAD")(ClusterGroup)  # over as many nodes as there are
         self.actors = [actor.remote(envs[g], policy, potential_table, config) for g in self.groups]
 
     def collect(self, policy: DL2Policy, values: Callable[[np.ndarray], np.ndarray],
@@ -81,7 +89,7 @@ class RemoteClusters:
         import ray
 
         weights = ray.put(policy.net.state_dict())
-        parts = ray.get([a.collect.remote(weights, uniforms[:, g]) for a, g in zip(self.actors, self.groups)])
+        parts = self._get([a.collect.remote(weights, uniforms[:, g]) for a, g in zip(self.actors, self.groups)])
         rollouts = [rollout for rollout, _, _ in parts]
         joined = Rollout(*(np.concatenate([getattr(r, f) for r in rollouts], axis=1) for f in Rollout.__dataclass_fields__))
         steps = joined.actions.shape[0]
@@ -94,12 +102,19 @@ class RemoteClusters:
 
     def environments(self) -> list[DecisionEnv]:
         """The environments as they stand, fetched from the actors."""
-        import ray
-
-        return [env for group in ray.get([a.environments.remote() for a in self.actors]) for env in group]
+        return [env for group in self._get([a.environments.remote() for a in self.actors]) for env in group]
 
     def close(self) -> None:
         import ray
 
         for a in self.actors:
             ray.kill(a)
+
+    @staticmethod
+    def _get(refs: list) -> list:
+        import ray
+
+        try:
+            return ray.get(refs)
+        except ray.exceptions.RayActorError as exc:
+            raise ClustersLost(f"a Ray actor holding training clusters died ({type(exc).__name__})") from None

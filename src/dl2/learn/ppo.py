@@ -134,7 +134,12 @@ class PPOTrainer(Trainer):
 
     def close(self) -> None:
         if self.cluster_actors is not None:
-            self.envs = self.cluster_actors.environments()
+            from dl2.learn.cluster_actors import ClustersLost
+
+            try:
+                self.envs = self.cluster_actors.environments()
+            except ClustersLost:  # the environments are gone with an actor: the checkpoint holds the last ones
+                pass
             self.cluster_actors.close()
             self.cluster_actors = None
         super().close()

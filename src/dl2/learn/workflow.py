@@ -114,13 +114,31 @@ def finetune_run(name: str, settings: LearnSettings, rl: RLConfig, pretrained: D
             DL2Policy(network(settings), measured.preset.max_tasks, settings.assign_bundle)
         trainer = make_trainer(start, train, validation, world, rl, validation_scenario=measured, tag=tag,
                                make_env=make_env, selection=selection_traces(settings, measured, rl.select_traces))
-    if executor.cluster_actors:
-        trainer.use_cluster_actors(executor)
-    try:
-        history = trainer.train(checkpoint=checkpoint, on_row=on_row)
-    finally:
-        trainer.close()
+    trainer, history = _train(trainer, checkpoint, on_row, executor)
     return trainer.chosen_policy(), history.assign(run=name, chosen=history["update"] == trainer.chosen_update)
+
+
+def _train(trainer: Trainer, checkpoint: Path, on_row: Callable[[dict], None] | None,
+           executor: Executor) -> tuple[Trainer, pd.DataFrame]:
+    """The trainer that finished, and its history: `trainer.train()`, its clusters on Ray actors with
+    `executor.cluster_actors`. When an actor dies, the run resumes from its checkpoint on new actors, up to
+    `executor.retries` times (the rows since the checkpoint are passed to `on_row` again)."""
+    from dl2.learn.cluster_actors import ClustersLost
+
+    retries = executor.retries if executor.cluster_actors else 0
+    while True:
+        if executor.cluster_actors:
+            trainer.use_cluster_actors(executor)
+        try:
+            return trainer, trainer.train(checkpoint=checkpoint, on_row=on_row)
+        except ClustersLost as exc:
+            if retries == 0 or not checkpoint.is_file():
+                raise
+            retries -= 1
+            warnings.warn(f"{exc}; resuming from {checkpoint}", stacklevel=2)
+        finally:
+            trainer.close()
+        trainer = Trainer.load(checkpoint)
 
 
 def finetune_all(plan: FinetunePlan, settings: LearnSettings, pretrained: DL2Policy, checkpoints: Path,
