@@ -41,13 +41,15 @@ class LocalRayCluster:
         from ray.cluster_utils import Cluster
 
         self.cpus = cpus
+        self.workers: list[Any] = []  # the nodes besides the head
         self.temp_dir = tempfile.mkdtemp(prefix="dl2-ray-")
         self._ray_tmpdir = os.environ.get("RAY_TMPDIR")
         os.environ["RAY_TMPDIR"] = self.temp_dir  # where Ray notes the current cluster (else /tmp/ray, maybe absent)
         os.makedirs(os.path.join(self.temp_dir, "ray"))
         try:
             self.cluster = Cluster(initialize_head=True, head_node_args=_node_args(cpus, self.temp_dir, head=True))
-            self.workers = [self.add_node() for _ in range(nodes - 1)]
+            for _ in range(nodes - 1):
+                self.add_node()
         except BaseException:
             self.shutdown()
             raise
@@ -57,9 +59,10 @@ class LocalRayCluster:
         return self.cluster.address
 
     def add_node(self) -> Any:
-        """One more node; returns it (for `kill_node`)."""
+        """One more node, appended to `workers`; returns it (for `kill_node`)."""
         node = self.cluster.add_node(**_node_args(self.cpus, self.temp_dir, head=False))
         self.cluster.wait_for_nodes()
+        self.workers.append(node)
         return node
 
     def kill_node(self, node: Any) -> None:
