@@ -24,6 +24,7 @@ from gymnasium import spaces
 
 from dl2.errors import Dl2Error
 from dl2.learn.env import DecisionEnv
+from dl2.learn.workflow import MAX_SLOTS  # as fine-tuning's episodes
 from dl2.sim.scenario import Scenario, SimOptions
 from dl2.sim.state import NUM_FEATURES
 from dl2.workload.presets import get_preset
@@ -31,7 +32,6 @@ from dl2.workload.traces import generate_trace
 
 ENV_ID = "dl2/Cluster-v0"
 REWARDS = ("jct", "dl2")
-MAX_SLOTS = 2000  # as fine-tuning's scenario: an episode still running then is truncated
 
 
 class ClusterEnv(gymnasium.Env):

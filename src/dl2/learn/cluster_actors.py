@@ -28,8 +28,7 @@ import torch
 from dl2.errors import Dl2Error
 from dl2.learn.agent import DL2Policy
 from dl2.learn.env import DecisionEnv
-from dl2.learn.nets import masked_log_probs
-from dl2.learn.ppo_rollout import Events, Rollout, collect
+from dl2.learn.ppo_rollout import Events, Rollout, collect, policy_log_probs, slot_discount
 from dl2.learn.trainer import RLConfig
 
 
@@ -51,18 +50,15 @@ class ClusterGroup:
         self.policy.net.load_state_dict(weights)
         c = self.config
         rollout, events = collect(self.envs, self._evaluate, lambda t: uniforms[t], c.rollout_length, self.potential_table,
-                                  0.0 if c.critic == "slot" else c.gamma, self.policy.config.window)
+                                  slot_discount(c), self.policy.config.window)
         return rollout, events, np.stack([e.state for e in self.envs])
 
     def environments(self) -> list[DecisionEnv]:
         return self.envs
 
-    @torch.no_grad()
     def _evaluate(self, states: np.ndarray, masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The policy's masked log-probabilities (as `PPOTrainer._evaluate`), no values."""
-        self.policy.net.eval()
-        log_probs = masked_log_probs(self.policy.net(self.policy.inputs(states)), torch.from_numpy(masks)).numpy()
-        return log_probs, np.zeros(len(states), np.float32)
+        """The policy's masked log-probabilities, no values (the learner scores those)."""
+        return policy_log_probs(self.policy, states, masks), np.zeros(len(states), np.float32)
 
 
 class RemoteClusters:

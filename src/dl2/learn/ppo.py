@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from dl2.learn.nets import masked_log_probs
-from dl2.learn.ppo_rollout import Rollout, collect
+from dl2.learn.ppo_rollout import Rollout, collect, policy_log_probs, slot_discount
 from dl2.learn.trainer import Trainer
 from dl2.sim.scenario import Scenario
 
@@ -102,13 +102,12 @@ class PPOTrainer(Trainer):
         """`rollout_length` decisions in every environment under the current policy: here, or on the Ray
         actors that hold the environments (`use_cluster_actors`), with the same random draws."""
         c = self.config
-        slot_discount = 0.0 if c.critic == "slot" else c.gamma
         if self.cluster_actors is not None:
             uniforms = self.rng.random((c.rollout_length, len(self.envs), 1))  # as `_sample` draws them, step by step
             out, events = self.cluster_actors.collect(self.policy, self._values, uniforms)
         else:
             out, events = collect(self.envs, self._evaluate, lambda t: self._sample_uniforms(len(self.envs)),
-                                  c.rollout_length, self.potential_table, slot_discount, self.policy.config.window)
+                                  c.rollout_length, self.potential_table, slot_discount(c), self.policy.config.window)
         self.decisions += out.actions.size
         for slot_reward, jct in events:
             if slot_reward is not None:
@@ -160,12 +159,9 @@ class PPOTrainer(Trainer):
         self.last_update = {"policy_loss": stats.policy_loss, "value_loss": stats.value_loss, "entropy": stats.entropy,
                             "mean_reward": float(np.mean(self.slot_rewards)) if self.slot_rewards else float("nan")}
 
-    @torch.no_grad()
     def _evaluate(self, states: np.ndarray, masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Masked log-probabilities and value estimates (the moving baseline without a critic)."""
-        self.policy.net.eval()
-        log_probs = masked_log_probs(self.policy.net(self.policy.inputs(states)), torch.from_numpy(masks)).numpy()
-        return log_probs, self._values(states)
+        return policy_log_probs(self.policy, states, masks), self._values(states)
 
     @torch.no_grad()
     def _values(self, states: np.ndarray) -> np.ndarray:

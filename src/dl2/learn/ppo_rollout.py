@@ -8,9 +8,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
+from dl2.learn.agent import DL2Policy
 from dl2.learn.env import DecisionEnv
-from dl2.learn.trainer import sample_actions
+from dl2.learn.nets import masked_log_probs
+from dl2.learn.trainer import RLConfig, sample_actions
 from dl2.sim.state import NUM_FEATURES
 
 
@@ -33,6 +36,18 @@ class Rollout:
                    np.zeros((steps, n), np.int64), np.zeros((steps, n), np.float32),
                    np.zeros((steps + 1, n), np.float32), np.zeros((steps, n), np.float32),
                    np.ones((steps, n), np.float32), np.zeros((steps, n), np.bool_))
+
+
+@torch.no_grad()
+def policy_log_probs(policy: DL2Policy, states: np.ndarray, masks: np.ndarray) -> np.ndarray:
+    """The policy's masked log-probabilities of a batch of states, as the rollout acts on them."""
+    policy.net.eval()
+    return masked_log_probs(policy.net(policy.inputs(states)), torch.from_numpy(masks)).numpy()
+
+
+def slot_discount(config: RLConfig) -> float:
+    """The discount where a slot ends (none with the slot critic, as in the authors' code)."""
+    return 0.0 if config.critic == "slot" else config.gamma
 
 
 Events = list[tuple[float | None, float | None]]  # per decision, time-major: (the reward of a slot that ended, an episode's JCT)

@@ -30,6 +30,7 @@ from dl2.sim.scenario import Scenario, SimOptions
 from dl2.workload.traces import Trace, generate_trace
 
 EnvFactory = Callable[..., DecisionEnv]  # make_env(traces, scenario, window, seed=...), as `Trainer` takes it
+MAX_SLOTS = 2000  # a training or validation episode still running then is truncated
 
 
 def model_name(run: str, seed: int) -> str:
@@ -52,7 +53,7 @@ def canonical(settings: LearnSettings) -> LearnSettings:
 
 def scenario(settings: LearnSettings, speed_model: str = "measured") -> Scenario:
     """The learning scenario; `speed_model="analytical"` is OfflineRL's training world."""
-    options = SimOptions(assign_bundle=settings.assign_bundle, speed_model=speed_model, max_slots=2000,
+    options = SimOptions(assign_bundle=settings.assign_bundle, speed_model=speed_model, max_slots=MAX_SLOTS,
                          speed_noise=settings.speed_noise, epoch_error=settings.epoch_error)
     return Scenario(settings.preset, options)
 
@@ -154,10 +155,9 @@ def finetune_all(plan: FinetunePlan, settings: LearnSettings, pretrained: DL2Pol
     jobs = [(run, seed, replace(plan.config, seed=seed)) for run in plan.runs for seed in plan.seeds]
     workers = plan.processes if plan.backend == "sim" else 1
     executor = executor if plan.backend == "sim" else LOCAL
-    actors = executor if executor.cluster_actors else LOCAL  # runs in this process, each over Ray actors
-    runs_on = LOCAL if executor.cluster_actors else executor
-    if executor.cluster_actors:
-        workers = 1
+    runs_on, actors = executor, LOCAL
+    if executor.cluster_actors:  # runs one after another in this process, each over Ray actors
+        runs_on, actors, workers = LOCAL, executor, 1
     live = on_row is not None and runs_on.kind == "local" and min(workers, len(jobs)) <= 1  # rows as they come, here
     args = [(name, settings, config, pretrained, checkpoints / f"{model_name(name, seed)}.ckpt", environments(name),
              plan.backend, functools.partial(on_row, model_name(name, seed)) if live else None, actors)
