@@ -32,6 +32,7 @@ def _tiny_params(path: Path) -> Path:
     params["learn"].update(train_traces=3, validation_traces=2)
     params["pretrain"].update(epochs=1, eval_every=1)
     params["finetune"].update(updates=4, num_envs=2, batch_size=32, rollout_length=16, validate_every=2, checkpoint_every=2)
+    params["pollux"].update(loads=[0.5], workloads=[5], reduced_loads=[0.5], reduced_workloads=[5], reduced_seeds=[0])
     path.write_text(yaml.safe_dump(params, sort_keys=False))
     return path
 
@@ -126,6 +127,16 @@ def test_dvc_repro_runs_once_then_only_what_a_parameter_touches(tmp_path, monkey
     assert {"Fig. 9", "Table 2"} <= set(claims.source) and set(claims.status) <= {"reproduced", "direction only", "not reproduced"}
     report_html = (copy / "data" / "reproduction" / "report.html").read_text()
     assert report_html.startswith("<!DOCTYPE html>") and "data:image/png;base64," in report_html
+
+    # the Pollux world: its three baselines on a shipped workload beside the artifact's numbers, in the report too
+    pollux_cells = pd.read_csv(copy / "data" / "pollux" / "cells.csv", dtype={"load": str}).set_index("policy")
+    assert sorted(pollux_cells.index) == ["optimus", "pollux", "tiresias"]
+    assert pollux_cells.within[["optimus", "tiresias"]].tolist() == [True, True]  # deterministic: within 0.1%
+    assert pollux_cells.within.isna()["pollux"]  # one seed: not judged
+    pollux_run = next(r for r in runs if r.data.tags["dl2.stage"] == "pollux-baselines")
+    assert pollux_run.data.metrics["within_tolerance"] == pollux_run.data.metrics["verdicts"] == 2
+    assert (copy / "data" / "pollux" / "fig8a.png").stat().st_size > 1000
+    assert "The Pollux world" in report_html
 
     # the same report on the committed full-scale results, which hold every Table 2 axis
     published = pd.read_csv(copy / "data" / "reproduction-published" / "claims.csv")

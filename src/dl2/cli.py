@@ -11,75 +11,91 @@ from pathlib import Path
 from dl2.errors import Dl2Error
 
 
-def _scenario(args: argparse.Namespace):
-    from dl2.sim.scenario import SPEED_MODELS, Scenario, SimOptions
-    from dl2.workload.presets import get_preset
+def _world(args: argparse.Namespace):
+    """The preset `--preset` names, its world, and the PS/worker simulator's options (flags a Pollux-world preset
+    refuses, since its simulator has none of them)."""
+    from dl2.sim.scenario import SPEED_MODELS, SimOptions
+    from dl2.workload.presets import PS_WORKER, get_preset
+    from dl2.worlds import world_of
 
+    preset = get_preset(args.preset, args.params)
+    if preset.world != PS_WORKER:
+        given = [flag for flag, on in (("--integer-jct", args.integer_jct), ("--assign-bundle", args.assign_bundle),
+                                       ("--speed-model", args.speed_model != "measured")) if on]
+        if given:
+            raise Dl2Error(f"{given[0]}: an option of the ps-worker world's simulator; "
+                           f"preset {preset.name!r} is of the {preset.world} world")
     if args.speed_model not in SPEED_MODELS:
         raise Dl2Error(f"--speed-model: expected one of {SPEED_MODELS}, got {args.speed_model!r}")
     options = SimOptions(fine_grained_jct=not args.integer_jct, assign_bundle=args.assign_bundle, speed_model=args.speed_model)
-    return Scenario(get_preset(args.preset, args.params), options)
+    return preset, world_of(preset), options
 
 
 def _add_scenario_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--preset", default="paper", help="a preset of the params file (default: paper)")
+    p.add_argument("--preset", default="paper", help="a preset of the params file, of any world (default: paper)")
     p.add_argument("--params", type=Path, default=None, help="params file with the presets (default: the project's params.yaml)")
-    p.add_argument("--integer-jct", action="store_true", help="count the last slot whole (default: fine-grained JCT)")
-    p.add_argument("--assign-bundle", action="store_true", help="give every job one bundle before the policy acts")
-    p.add_argument("--speed-model", default="measured", help="measured (default) or analytical")
+    p.add_argument("--integer-jct", action="store_true", help="ps-worker: count the last slot whole (default: fine-grained JCT)")
+    p.add_argument("--assign-bundle", action="store_true", help="ps-worker: give every job one bundle before the policy acts")
+    p.add_argument("--speed-model", default="measured", help="ps-worker: measured (default) or analytical")
 
 
 def cmd_trace_generate(args: argparse.Namespace) -> None:
-    from dl2.compare import generate_trace_set
-    from dl2.workload.presets import get_preset
+    from dl2.workload.presets import PS_WORKER, get_preset
 
-    stats = generate_trace_set(get_preset(args.preset, args.params), args.num, args.seed, args.out, args.arrivals, args.lengths)
+    preset = get_preset(args.preset, args.params)
+    if preset.world == PS_WORKER:
+        from dl2.compare import generate_trace_set
+
+        stats = generate_trace_set(preset, args.num, args.seed, args.out, args.arrivals, args.lengths)
+    else:
+        from dl2.pollux.philly import write_workloads
+
+        stats = write_workloads(args.out, args.num, args.seed, args.jobs, args.start_hour, args.hours)
     print(stats.to_string(index=False))
 
 
-def cmd_trace_validate(args: argparse.Namespace) -> None:
-    from dl2.workload.catalog import load_catalog
-    from dl2.workload.traces import read_trace
+def _read_any_trace(path: Path, args: argparse.Namespace):
+    from dl2.workload.presets import get_preset
+    from dl2.worlds import world_of
 
+    return world_of(get_preset(args.preset, args.params)).read_trace(path)
+
+
+def cmd_trace_validate(args: argparse.Namespace) -> None:
     for path in args.files:
-        trace = read_trace(path, load_catalog())
-        print(f"{path}: ok, {len(trace)} jobs")
+        print(f"{path}: ok, {len(_read_any_trace(path, args))} jobs")
 
 
 def cmd_trace_stats(args: argparse.Namespace) -> None:
-    from dl2.workload.catalog import load_catalog
-    from dl2.workload.traces import read_trace
-
-    print(json.dumps(read_trace(args.file, load_catalog()).stats(), indent=2))
+    print(json.dumps(_read_any_trace(args.file, args).stats(), indent=2))
 
 
 def cmd_simulate(args: argparse.Namespace) -> None:
-    from dl2.backends.sim import simulate
-    from dl2.metrics import job_table, summarize
     from dl2.paths import write_csv_atomic
-    from dl2.workload.traces import read_trace
 
-    scenario = _scenario(args)
-    trace = read_trace(args.trace, scenario.catalog)
-    result = simulate(trace, args.policy, scenario)
+    preset, world, options = _world(args)
+    result = world.compare([args.trace], [args.policy], preset, (args.seed,), options, progress=False)
+    keys = ["preset", "trace", "policy", "seed"]
     if args.jobs_out:
-        write_csv_atomic(args.jobs_out, job_table(result, scenario))
-    print(json.dumps({"policy": result.policy, "preset": scenario.preset.name, **summarize(result, scenario)}, indent=2))
+        write_csv_atomic(args.jobs_out, result.jobs.drop(columns=[k for k in keys if k in result.jobs]))
+    row = {k: v.item() if hasattr(v, "item") else v for k, v in result.summary.iloc[0].items()}
+    summary = {k: v for k, v in row.items() if k not in keys}
+    print(json.dumps({"policy": row["policy"], "preset": preset.name, **summary}, indent=2))
 
 
 def cmd_compare(args: argparse.Namespace) -> None:
     import pandas as pd
 
-    from dl2.compare import aggregate, compare, trace_files
+    from dl2.compare import trace_files
     from dl2.paths import write_csv_atomic
 
-    scenario = _scenario(args)
+    preset, world, options = _world(args)
     files = [f for t in args.traces for f in trace_files(t)]
-    result = compare(files, args.policies, scenario, progress=not args.quiet)
+    result = world.compare(files, args.policies or list(world.policies), preset, tuple(args.seeds), options, progress=not args.quiet)
     if args.out:
         write_csv_atomic(args.out, result.summary)
     with pd.option_context("display.width", 200, "display.max_columns", 20):
-        print(aggregate(result.summary).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+        print(world.aggregate(result.summary).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
 
 
 def cmd_stage(args: argparse.Namespace) -> None:
@@ -90,11 +106,16 @@ def cmd_stage(args: argparse.Namespace) -> None:
 
 def cmd_publish(args: argparse.Namespace) -> None:
     from dl2.paths import repo_root
-    from dl2.publish import publish_ablations, publish_testbed
+    from dl2.publish import publish_ablations, publish_pollux, publish_testbed
 
     data_dir = (args.data_dir or repo_root() / "data").resolve()
-    if args.testbed == (args.group is not None):
-        raise Dl2Error("say what to publish: --group GROUP (an ablate stage's axes) or --testbed (a kind testbed run)")
+    if [args.testbed, args.pollux, args.group is not None].count(True) != 1:
+        raise Dl2Error("say what to publish: --group GROUP (an ablate stage's axes), --testbed (a kind testbed run) "
+                       "or --pollux (the Pollux world's full grid)")
+    if args.pollux:
+        files = publish_pollux(data_dir)
+        print(f"published {len(files)} files into {data_dir / 'published' / 'pollux'}")
+        return
     if args.testbed:
         files = publish_testbed(data_dir)
         print(f"published {len(files)} files into {data_dir / 'published' / 'testbed'}")
@@ -104,6 +125,13 @@ def cmd_publish(args: argparse.Namespace) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
+    if args.ray and args.pollux:
+        raise Dl2Error("--ray and --pollux are two benchmarks: run one at a time")
+    if args.pollux:
+        from dl2.bench_pollux import pollux_benchmark
+
+        print(json.dumps(pollux_benchmark(args.out or Path("bench-pollux.json")), indent=2))
+        return
     if args.ray:
         from dl2.bench_ray import ray_benchmark
 
@@ -115,38 +143,49 @@ def cmd_bench(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from dl2.pollux.policies import POLICIES as POLLUX_POLICIES
     from dl2.schedulers import policy_names
 
     parser = argparse.ArgumentParser(prog="dl2", description="DL2 scheduler: traces, simulation, comparison, pipeline stages.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     trace = sub.add_parser("trace", help="generate, validate or describe job traces").add_subparsers(dest="action", required=True)
-    gen = trace.add_parser("generate", help="write a set of traces for a preset")
+    gen = trace.add_parser("generate", help="write a set of traces (or, for a pollux preset, workloads) for a preset")
     gen.add_argument("--preset", default="paper")
     gen.add_argument("--params", type=Path, default=None)
     gen.add_argument("--num", type=int, default=10, help="how many traces (default 10)")
-    gen.add_argument("--seed", type=int, default=0)
-    gen.add_argument("--arrivals", default="ali", help="ali | google | poisson | uniform")
-    gen.add_argument("--lengths", default="ali", help="ali | fixed | normal")
-    gen.add_argument("--out", type=Path, required=True, help="folder to write trace_000.csv ... into")
+    gen.add_argument("--seed", type=int, default=0, help="pollux: the first workload's seed (the artifact's workload-k is seed k)")
+    gen.add_argument("--arrivals", default="ali", help="ps-worker: ali | google | poisson | uniform")
+    gen.add_argument("--lengths", default="ali", help="ps-worker: ali | fixed | normal")
+    gen.add_argument("--jobs", type=int, default=160, help="pollux: jobs per workload (the artifact's load 1: 160)")
+    gen.add_argument("--start-hour", type=int, default=2, help="pollux: the hour of day the Philly window starts")
+    gen.add_argument("--hours", type=int, default=8, help="pollux: the window's length in hours")
+    gen.add_argument("--out", type=Path, required=True, help="folder to write trace_000.csv ... (pollux: workload-<seed>.csv) into")
     gen.set_defaults(func=cmd_trace_generate)
-    val = trace.add_parser("validate", help="check trace CSV files")
+    val = trace.add_parser("validate", help="check trace CSV files (of --preset's world)")
     val.add_argument("files", nargs="+", type=Path)
+    val.add_argument("--preset", default="paper", help="a preset of the traces' world (default: paper)")
+    val.add_argument("--params", type=Path, default=None)
     val.set_defaults(func=cmd_trace_validate)
     stats = trace.add_parser("stats", help="print a trace's statistics as JSON")
     stats.add_argument("file", type=Path)
+    stats.add_argument("--preset", default="paper", help="a preset of the trace's world (default: paper)")
+    stats.add_argument("--params", type=Path, default=None)
     stats.set_defaults(func=cmd_trace_stats)
 
-    sim = sub.add_parser("simulate", help="run one trace under one policy; prints metrics as JSON")
+    sim = sub.add_parser("simulate", help="run one trace (or Pollux-world workload) under one policy; prints metrics as JSON")
     sim.add_argument("--trace", type=Path, required=True)
-    sim.add_argument("--policy", required=True, help=f"{', '.join(policy_names())}, or module:Class / file.py:Class")
+    sim.add_argument("--policy", required=True, help=f"ps-worker: {', '.join(policy_names())}; pollux: {', '.join(POLLUX_POLICIES)}; "
+                                                     "or module:Class / file.py:Class")
+    sim.add_argument("--seed", type=int, default=0, help="seeds a randomized policy (pollux)")
     sim.add_argument("--jobs-out", type=Path, default=None, help="write per-job JCTs to this CSV")
     _add_scenario_args(sim)
     sim.set_defaults(func=cmd_simulate)
 
     cmp = sub.add_parser("compare", help="all policies over a set of traces; prints a table")
     cmp.add_argument("traces", nargs="+", type=Path, help="trace files or folders of them")
-    cmp.add_argument("--policies", nargs="+", default=list(policy_names()))
+    cmp.add_argument("--policies", nargs="+", default=None, help="default: the preset's world's built-in policies")
+    cmp.add_argument("--seeds", nargs="+", type=int, default=[0], help="a randomized policy (pollux) runs once per seed")
     cmp.add_argument("--out", type=Path, default=None, help="write the tidy per-(trace, policy) table to this CSV")
     cmp.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_scenario_args(cmp)
@@ -159,18 +198,23 @@ def build_parser() -> argparse.ArgumentParser:
     stage.add_argument("--data-dir", type=Path, default=None)
     stage.set_defaults(func=cmd_stage)
 
-    publish = sub.add_parser("publish", help="copy an ablate stage's full-scale axes, or a kind testbed run, into data/published")
+    publish = sub.add_parser("publish", help="copy an ablate stage's full-scale axes, a kind testbed run or the Pollux world's "
+                                             "full grid into data/published")
     publish.add_argument("--group", default=None, help="the ablation group whose last run to publish (params.yaml ablations.groups)")
     publish.add_argument("--testbed", action="store_true", help="the last pipeline run on kind (finetune.backend: kind)")
+    publish.add_argument("--pollux", action="store_true", help="the last pollux-baselines run at full scale (pollux.scale: full)")
     publish.add_argument("--data-dir", type=Path, default=None)
     publish.set_defaults(func=cmd_publish)
 
-    bench = sub.add_parser("bench", help="measure simulator speed (or, with --ray, the Ray executor); writes JSON")
+    bench = sub.add_parser("bench", help="measure simulator speed (or, with --ray, the Ray executor; with --pollux, the Pollux "
+                                         "world); writes JSON")
     bench.add_argument("--out", type=Path, default=None, help="the JSON file (default bench.json, or bench-ray.json with --ray)")
     bench.add_argument("--repeats", type=int, default=20)
     bench.add_argument("--no-learn", action="store_true", help="skip the learning benchmark (rollouts, latency, pretraining)")
     bench.add_argument("--ray", action="store_true", help="instead: a reduced ablation group in-process and on 1 and 2 local "
                                                           "Ray nodes (speedup, overhead per task, equality)")
+    bench.add_argument("--pollux", action="store_true", help="instead: the Pollux world's job step and each of its policies "
+                                                             "on the artifact's workload 6 (bench-pollux.json)")
     bench.set_defaults(func=cmd_bench)
 
     from dl2.k8s.cli import add_parsers as add_kubernetes_parsers

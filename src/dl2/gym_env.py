@@ -27,7 +27,7 @@ from dl2.learn.env import DecisionEnv
 from dl2.learn.workflow import MAX_SLOTS  # as fine-tuning's episodes
 from dl2.sim.scenario import Scenario, SimOptions
 from dl2.sim.state import NUM_FEATURES
-from dl2.workload.presets import get_preset
+from dl2.workload.presets import PS_WORKER, get_preset
 from dl2.workload.traces import generate_trace
 
 ENV_ID = "dl2/Cluster-v0"
@@ -48,7 +48,7 @@ class ClusterEnv(gymnasium.Env):
             raise Dl2Error(f"reward: expected one of {', '.join(REWARDS)}, got {reward!r}")
         if window < 1 or traces < 1:
             raise Dl2Error(f"window and traces: expected at least 1, got window={window!r}, traces={traces!r}")
-        scenario = Scenario(get_preset(preset), SimOptions(assign_bundle=assign_bundle, max_slots=MAX_SLOTS))
+        scenario = Scenario(get_preset(preset, world=PS_WORKER), SimOptions(assign_bundle=assign_bundle, max_slots=MAX_SLOTS))
         seeds = np.random.SeedSequence(trace_seed).spawn(traces)
         self.sim = DecisionEnv([generate_trace(scenario.preset, scenario.catalog, s, arrivals=arrivals) for s in seeds],
                                scenario, window)

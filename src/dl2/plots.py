@@ -198,3 +198,33 @@ def generalisation(results: pd.DataFrame) -> plt.Figure:
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     return fig
+
+
+def pollux_loads(loads: pd.DataFrame) -> plt.Figure:
+    """The Pollux world's Fig. 8a: average JCT against relative job load per policy, ours (solid) beside the
+    artifact's stored results (dashed), each the mean over the workloads run (`loads`: `grid.loads_table`)."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    palette = dict(zip(sorted(loads.policy.unique()), sns.color_palette(n_colors=loads.policy.nunique())))
+    for policy, part in loads.groupby("policy"):
+        x = part.load.astype(float)
+        ax.plot(x, part.ours / 3600, marker="o", color=palette[policy], label=f"{policy} (dl2)")
+        ax.plot(x, part.artifact / 3600, ls="--", marker="x", color=palette[policy], label=f"{policy} (artifact)")
+    ax.set(xlabel="relative job load", ylabel="average JCT (hours)", title="Pollux world: average JCT per load (Fig. 8a)")
+    ax.legend(fontsize="small", ncols=2)
+    fig.tight_layout()
+    return fig
+
+
+def pollux_cells(cells: pd.DataFrame) -> plt.Figure:
+    """Every grid cell's relative error against the artifact, per policy, with each policy's tolerance band
+    (`cells`: `grid.cells_table`)."""
+    fig, ax = plt.subplots(figsize=(9, 4))
+    shown = cells.assign(error_pct=100 * cells.rel_error, cell=cells.load + "/w" + cells.workload.astype(str))
+    sns.stripplot(shown, x="cell", y="error_pct", hue="policy", dodge=True, ax=ax, size=5)
+    for tolerance in shown.groupby("policy").tolerance.first().unique():
+        ax.axhspan(-100 * tolerance, 100 * tolerance, alpha=0.08, color="grey")
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set(xlabel="load / workload", ylabel="ours vs artifact (%)", title="Average JCT per cell against the artifact's")
+    ax.tick_params(axis="x", rotation=90, labelsize="x-small")
+    fig.tight_layout()
+    return fig

@@ -1,5 +1,6 @@
-"""Publishing an `ablate` stage's full-scale results into `data/published/ablations/`, and a pipeline run on the
-kind testbed into `data/published/testbed/` (committed DVC metrics).
+"""Publishing an `ablate` stage's full-scale results into `data/published/ablations/`, a pipeline run on the
+kind testbed into `data/published/testbed/`, and the Pollux world's full grid into `data/published/pollux/`
+(committed DVC metrics).
 
 A group's axes can run in several sittings (`-S 'ablations.groups.model=[teacher]'`): each publish copies the
 axes the stage just ran and merges their entries into the group's published metrics, keeping the axes
@@ -101,3 +102,30 @@ def publish_testbed(data_dir: Path) -> list[str]:
         _copy(path, published / name)
     write_json_atomic(published / "metrics.json", testbed_metrics(jobs, pd.read_csv(sources["results.csv"])))
     return [*TESTBED_FILES, "metrics.json"]
+
+
+POLLUX_FILES = ("summary.csv", "jobs.csv", "cells.csv", "loads.csv", "reductions.csv", "metrics.json", "fig8a.png", "cells.png")
+
+
+def publish_pollux(data_dir: Path) -> list[str]:
+    """Copy the `pollux-baselines` stage's full-scale grid (`data_dir/pollux/`) into `data_dir/published/pollux/`;
+    returns the files published. Nothing is written unless every file is there, the grid ran every policy,
+    load and workload with at least `MIN_SEEDS` seeds for Pollux, and its tables follow from its runs."""
+    from dl2.pollux import grid
+
+    folder = data_dir / "pollux"
+    for name in POLLUX_FILES:
+        if not (folder / name).is_file():
+            raise Dl2Error(f"{folder / name}: no such file: run the pollux-baselines stage first")
+    summary = pd.read_csv(folder / "summary.csv", dtype={"load": str})
+    cells = grid.cells_table(summary)
+    if len(cells) != 3 * len(grid.LOADS) * len(grid.WORKLOADS) or cells.within.isna().any():
+        raise Dl2Error(f"{folder / 'summary.csv'}: not the full grid with {grid.MIN_SEEDS} seeds for pollux "
+                       "(rerun with pollux.scale=full, README \"The Pollux world\")")
+    loads, reductions = grid.loads_table(cells), grid.reductions_table(cells)
+    if json.loads((folder / "metrics.json").read_text()) != json.loads(json.dumps(grid.grid_metrics(cells, loads, reductions))):
+        raise Dl2Error(f"{folder / 'metrics.json'}: does not follow from summary.csv (a stale run?): rerun the stage")
+    published = data_dir / "published" / "pollux"
+    for name in POLLUX_FILES:
+        _copy(folder / name, published / name)
+    return list(POLLUX_FILES)

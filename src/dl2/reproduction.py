@@ -26,6 +26,7 @@ from dl2 import plots, sim_to_real
 from dl2.learn.ablations import tables
 from dl2.learn.evaluate import reference_jcts, summary_table
 from dl2.paths import REFERENCE_DIR, TESTBED_DIR, write_csv_atomic, write_json_atomic, write_text_atomic
+from dl2.pollux import grid
 
 TOLERANCE = 0.05
 
@@ -170,6 +171,36 @@ def heuristics_beside_paper(table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+POLLUX_NOTE = ("The Pollux world (DESIGN §7): the Pollux artifact's GPU cluster (16 nodes of 4 GPUs, 60-s intervals, "
+               "30-s restarts) and its 8 workloads at each relative job load (its Fig. 8a), beside the average JCTs the "
+               f"artifact stored. Optimus+Oracle and Tiresias are deterministic: every cell within {grid.DETERMINISTIC_TOLERANCE:.1%}. "
+               f"Pollux is randomized and judged over at least {grid.MIN_SEEDS} seeds: each workload within "
+               f"{grid.WORKLOAD_TOLERANCE:.0%}, each load's mean within {grid.LOAD_TOLERANCE:.0%}, its reductions against the "
+               f"others within {grid.REDUCTION_TOLERANCE * 100:.0f} points. within: - where a verdict needs more workloads "
+               "or seeds than ran. These numbers compare only with the Pollux world's, not with the slots above.")
+
+
+@dataclass(frozen=True)
+class PolluxGrid:
+    """The Pollux world's grid beside the artifact (`dl2.pollux.grid`'s tables)."""
+
+    cells: pd.DataFrame
+    loads: pd.DataFrame
+    reductions: pd.DataFrame
+
+    def metrics(self) -> dict:
+        judged = pd.concat([self.cells.within, self.loads.within, self.reductions.within]).dropna()
+        return {"verdicts": int(len(judged)), "within_tolerance": int(judged.astype(bool).sum())}
+
+
+def read_pollux(folder: Path) -> PolluxGrid | None:
+    """The grid's tables in `folder` (None where the stage has not run)."""
+    if not (folder / "cells.csv").is_file():
+        return None
+    read = {name: pd.read_csv(folder / f"{name}.csv", dtype={"load": str}) for name in ("cells", "loads", "reductions")}
+    return PolluxGrid(read["cells"], read["loads"], read["reductions"])
+
+
 @dataclass(frozen=True)
 class ReportFiles:
     """What the report reads and where it writes."""
@@ -180,6 +211,7 @@ class ReportFiles:
     out: Path  # claims.csv and report.html
     metrics: Path  # the DVC metrics file
     testbed: Path  # the testbed evaluation's folder (jobs.csv, slots.csv; empty or absent where none ran)
+    pollux: Path  # the Pollux world's grid (cells.csv, loads.csv, reductions.csv; absent where none ran)
     profile: Path = TESTBED_DIR  # the testbed's profiled speeds (`dl2 testbed profile`)
 
 
@@ -190,9 +222,9 @@ def report_files(data: Path, published: bool = False) -> ReportFiles:
         folder = data / "published"
         return ReportFiles(folder / "paper" / "results.csv", folder / "paper" / "finetune_history.csv", folder / "ablations",
                            data / "reproduction-published", data / "metrics" / "reproduction-published.json",
-                           folder / "testbed" / "evaluate")
+                           folder / "testbed" / "evaluate", folder / "pollux")
     return ReportFiles(data / "evaluate" / "results.csv", data / "learn" / "finetune_history.csv", data / "ablations",
-                       data / "reproduction", data / "metrics" / "reproduction.json", data / "evaluate" / "testbed")
+                       data / "reproduction", data / "metrics" / "reproduction.json", data / "evaluate" / "testbed", data / "pollux")
 
 
 @dataclass(frozen=True)
@@ -205,6 +237,7 @@ class Reproduction:
     axes: dict[str, dict[str, pd.DataFrame]]  # ablation axis -> its tables (`tables.read_axis`)
     claims: pd.DataFrame  # every claim beside ours, with its status
     testbed: sim_to_real.SimToReal | None  # the kind testbed's profile and evaluation (None without a profile)
+    pollux: PolluxGrid | None  # the Pollux world's grid beside the artifact (None where it has not run)
 
     @property
     def dl2(self) -> pd.Series:
@@ -231,7 +264,8 @@ def reproduce(files: ReportFiles) -> Reproduction:
                                           {a: t["results"] for a, t in axes.items()})
                           + cluster_claims(convergence))
     claims["difference"] = claims.ours - claims.paper
-    return Reproduction(results, summary, pd.read_csv(files.history), axes, claims, sim_to_real.read(files.profile, files.testbed))
+    return Reproduction(results, summary, pd.read_csv(files.history), axes, claims, sim_to_real.read(files.profile, files.testbed),
+                        read_pollux(files.pollux))
 
 
 def figures(rep: Reproduction) -> dict[str, plt.Figure]:
@@ -241,6 +275,8 @@ def figures(rep: Reproduction) -> dict[str, plt.Figure]:
         out[axis] = plots.ablation_figure(frames["results"], frames["curves"], axis)
     if rep.testbed is not None:
         out.update({f"testbed_{name}": fig for name, fig in sim_to_real.figures(rep.testbed).items()})
+    if rep.pollux is not None:
+        out.update({"pollux_loads": plots.pollux_loads(rep.pollux.loads), "pollux_cells": plots.pollux_cells(rep.pollux.cells)})
     return out
 
 
@@ -249,6 +285,8 @@ def write_report(rep: Reproduction, figs: Mapping[str, plt.Figure], files: Repor
     says where the numbers come from."""
     write_csv_atomic(files.out / "claims.csv", rep.claims)
     metrics = claims_metrics(rep.claims, rep.dl2.ratio_to_bound)
+    if rep.pollux is not None:
+        metrics["pollux"] = rep.pollux.metrics()
     write_json_atomic(files.metrics, metrics)
     bound_note = (f"The contention-free lower bound (every job alone at its best #PS and #workers) is "
                   f"{rep.results.lower_bound.mean():.3f} slots here; DL2 sits at {rep.dl2.ratio_to_bound:.3f}x of it. The "
@@ -263,6 +301,7 @@ def write_report(rep: Reproduction, figs: Mapping[str, plt.Figure], files: Repor
         *[(f"Ablation: {axis}", [paragraph(ABLATION_COLUMNS), _table_html(frames["summary"]), figure_html(figs[axis], dpi)])
           for axis, frames in rep.axes.items()],
         *_testbed_sections(rep.testbed, figs, dpi),
+        *_pollux_sections(rep.pollux, figs, dpi),
     ]
     write_text_atomic(files.out / "report.html", html_report("dl2: the DL2 reproduction", sections))
     return metrics
@@ -279,6 +318,22 @@ def _testbed_sections(s: sim_to_real.SimToReal | None, figs: Mapping[str, plt.Fi
         return parts + [(title, [paragraph("No testbed evaluation in these results (`finetune.backend: kind` runs one).")])]
     return parts + [(title, [paragraph(sim_to_real.GAP_NOTE), _table_html(s.summary), figure_html(figs["testbed_gap"], dpi),
                              _table_html(s.speed_error), figure_html(figs["testbed_speed_error"], dpi)])]
+
+
+def _pollux_sections(g: PolluxGrid | None, figs: Mapping[str, plt.Figure], dpi: int) -> list[tuple[str, list[str]]]:
+    """The Pollux world's section: per load, every policy beside the artifact; Pollux's reductions; every cell."""
+    if g is None:
+        return []
+    counts = g.cells.groupby("policy").within.agg(lambda w: f"{int(w.dropna().astype(bool).sum())} of {int(w.notna().sum())}")
+    verdicts = paragraph("Cells within tolerance: " + "; ".join(f"{p} {c}" for p, c in counts.items()) + ".")
+    return [("The Pollux world: Optimus+Oracle, Tiresias and Pollux beside the artifact",
+             [paragraph(POLLUX_NOTE), verdicts, _table_html(_shown(g.loads)), figure_html(figs["pollux_loads"], dpi),
+              paragraph("Pollux's reduction of the average JCT against each baseline, ours beside the artifact's:"),
+              _table_html(_shown(g.reductions)), figure_html(figs["pollux_cells"], dpi)])]
+
+
+def _shown(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.assign(within=frame.within.map({True: "yes", False: "no", "True": "yes", "False": "no"}).fillna("-"))
 
 
 def _table_html(frame: pd.DataFrame) -> str:

@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 from dl2.config import Checked, bounded, choice, section, typed
 from dl2.distributed.executor import Executor
 from dl2.errors import Dl2Error
+from dl2.pollux.grid import Cell, load_name, plan
 from dl2.schedulers.builtin import BUILTIN_POLICIES
 from dl2.schedulers.registry import policy_names
-from dl2.workload.presets import Preset, preset_named, presets_from
+from dl2.workload.presets import POLLUX, PS_WORKER, PolluxPreset, Preset, preset_named, presets_from
 from dl2.workload.traces import ARRIVAL_PATTERNS, LENGTH_PATTERNS
 
 if TYPE_CHECKING:  # the learning settings import torch: the builders that need them import them when called
@@ -70,6 +71,38 @@ class EvaluateParams(Checked):
 
 
 @dataclass(frozen=True)
+class PolluxParams(Checked):
+    """The `pollux` section: the Pollux world's Fig. 8a grid on the artifact's shipped workloads."""
+
+    preset: str  # a preset of the pollux world
+    policies: tuple[str, ...] = choice("optimus", "tiresias", "pollux")
+    loads: tuple[float, ...]  # relative job loads (the artifact ships 0.5, 1.0, 1.5 and 2.0)
+    workloads: tuple[int, ...] = bounded(at_least=1, at_most=8)
+    seeds: tuple[int, ...] = bounded(at_least=0)  # a randomized policy (pollux) runs once per seed
+    scale: str = choice("reduced", "full")  # reduced: randomized policies only on the reduced_* cells
+    reduced_loads: tuple[float, ...]
+    reduced_workloads: tuple[int, ...] = bounded(at_least=1, at_most=8)
+    reduced_seeds: tuple[int, ...] = bounded(at_least=0)
+    workers: int = bounded(at_least=0)  # cells run at once (0: one per core)
+
+    def __post_init__(self):
+        super().__post_init__()
+        for key in ("loads", "reduced_loads"):
+            try:
+                tuple(map(load_name, getattr(self, key)))
+            except Dl2Error as exc:
+                raise Dl2Error(f"{key}: {exc}") from None
+
+    def cells(self) -> list[Cell]:
+        """The grid's cells at this scale (`dl2.pollux.grid.plan`)."""
+        reduced = None
+        if self.scale == "reduced":
+            reduced = {(load_name(x), w) for x in self.reduced_loads for w in self.reduced_workloads}
+        seeds = self.seeds if self.scale == "full" else self.reduced_seeds
+        return plan(self.policies, self.loads, self.workloads, seeds, reduced)
+
+
+@dataclass(frozen=True)
 class TracesStage:
     presets: tuple[Preset, ...]
     traces: TracesParams
@@ -119,6 +152,17 @@ class AblateStage:
 
 
 @dataclass(frozen=True)
+class PolluxBaselinesStage:
+    preset: PolluxPreset
+    pollux: PolluxParams
+    executor: Executor
+
+    @property
+    def workers(self) -> int:
+        return self.pollux.workers or os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
 class ReproductionStage:
     report: ReportParams
     published: bool  # on the committed full-scale results (data/published) instead of this run's outputs
@@ -150,7 +194,7 @@ def _preset_names(params: dict, where: str) -> tuple[str, ...]:
 def _presets(params: dict, names: tuple[str, ...], where: str) -> tuple[Preset, ...]:
     """The presets `names` (`traces.presets`), checked like every preset of the `presets` section."""
     presets = presets_from(params, where)
-    return tuple(preset_named(name, presets, f"{where}: traces.presets") for name in names)
+    return tuple(preset_named(name, presets, f"{where}: traces.presets", world=PS_WORKER) for name in names)
 
 
 def _learn(params: dict, where: str) -> LearnSettings:
@@ -181,7 +225,7 @@ def _evaluate(params: dict, where: str, name: str) -> EvaluateStage:
         raise Dl2Error(f"{where}: finetune.backend: expected one of {', '.join(BACKENDS)}, got {finetune.get('backend')!r}")
     evaluate = typed(EvaluateParams, section(params, "evaluate", where), where, "evaluate")
     presets = presets_from(params, where)
-    clusters = tuple(preset_named(n, presets, f"{where}: evaluate.shift_clusters") for n in evaluate.shift_clusters)
+    clusters = tuple(preset_named(n, presets, f"{where}: evaluate.shift_clusters", world=PS_WORKER) for n in evaluate.shift_clusters)
     return EvaluateStage(_learn(params, where), runs, finetune["backend"], evaluate, clusters, _executor(params, where))
 
 
@@ -198,6 +242,12 @@ def _executor(params: dict, where: str) -> Executor:
     return typed(Executor, section(params, "executor", where), where, "executor")
 
 
+def _pollux_baselines(params: dict, where: str, name: str) -> PolluxBaselinesStage:
+    pollux = typed(PolluxParams, section(params, "pollux", where), where, "pollux")
+    preset = preset_named(pollux.preset, presets_from(params, where), f"{where}: pollux.preset", world=POLLUX)
+    return PolluxBaselinesStage(preset, pollux, _executor(params, where))
+
+
 def _reproduction(params: dict, where: str, name: str) -> ReproductionStage:
     report = typed(ReportParams, section(params, "report", where), where, "report")
     if name.endswith("-published"):
@@ -211,4 +261,5 @@ def _reproduction(params: dict, where: str, name: str) -> ReproductionStage:
 BUILDERS: dict[str, Callable[[dict, str, str], Any]] = {  # notebook -> builder(params, file, stage name)
     "traces": _traces, "baselines": _baselines, "report": _report, "pretrain": _pretrain,
     "finetune": _finetune, "evaluate": _evaluate, "ablate": _ablate, "reproduction": _reproduction,
+    "pollux-baselines": _pollux_baselines,
 }

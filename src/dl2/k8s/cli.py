@@ -14,9 +14,9 @@ DEFAULT_POOL = "dl2"
 
 def _scenario(args: argparse.Namespace):
     from dl2.sim.scenario import Scenario, SimOptions
-    from dl2.workload.presets import get_preset
+    from dl2.workload.presets import PS_WORKER, get_preset
 
-    return Scenario(get_preset(args.preset, args.params), SimOptions(assign_bundle=args.assign_bundle))
+    return Scenario(get_preset(args.preset, args.params, world=PS_WORKER), SimOptions(assign_bundle=args.assign_bundle))
 
 
 def _log(message: str) -> None:
@@ -27,7 +27,7 @@ def cmd_testbed_up(args: argparse.Namespace) -> None:
     from dl2.errors import Dl2Error
     from dl2.k8s import testbed
     from dl2.k8s.resources import create_nodes
-    from dl2.workload.presets import get_preset
+    from dl2.workload.presets import PS_WORKER, get_preset
 
     if args.kind:
         from dl2.k8s import kind
@@ -41,7 +41,7 @@ def cmd_testbed_up(args: argparse.Namespace) -> None:
         return
     if not args.local:
         raise Dl2Error("say which testbed: `dl2 testbed up --local` (no Docker) or `dl2 testbed up --kind`")
-    preset = get_preset(args.preset, args.params)
+    preset = get_preset(args.preset, args.params, world=PS_WORKER)
     bed = testbed.up(args.folder, log=_log)
     kube = bed.kube()
     try:
@@ -110,7 +110,7 @@ def cmd_testbed_profile(args: argparse.Namespace) -> None:
     from dl2.k8s.profile import ProfileGrid, allowed_configurations, profile, spread
     from dl2.paths import TESTBED_DIR
     from dl2.workload.catalog import load_catalog
-    from dl2.workload.presets import get_preset
+    from dl2.workload.presets import PS_WORKER, get_preset
 
     catalog = load_catalog()
     models = tuple(args.models) if args.models else catalog.names
@@ -120,7 +120,7 @@ def cmd_testbed_profile(args: argparse.Namespace) -> None:
     if args.configurations:
         configurations = tuple(_configuration(text) for text in args.configurations)
     else:
-        max_tasks = args.max_tasks or get_preset(args.preset, args.params).max_tasks
+        max_tasks = args.max_tasks or get_preset(args.preset, args.params, world=PS_WORKER).max_tasks
         configurations = allowed_configurations(max_tasks, len(cluster.workers), models)
     grid = ProfileGrid(models, configurations, args.repeats, args.seconds)
     _log(f"profile: {len(models)} job types x {len(grid.configurations)} configurations {list(grid.configurations)} x "

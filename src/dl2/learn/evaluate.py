@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 
 from dl2.distributed.executor import LOCAL, Executor
+from dl2.distributed.jobs import run_jobs
 from dl2.learn.agent import DL2Policy
-from dl2.learn.processes import run_jobs
 from dl2.learn.rollout import run_policy
 from dl2.learn.settings import RunSeeds
 from dl2.learn.workflow import model_name

@@ -13,7 +13,7 @@ from dl2.errors import Dl2Error
 from dl2.learn.nets import NET_PRESETS
 from dl2.learn.pretrain import PretrainConfig
 from dl2.learn.trainer import RLConfig
-from dl2.workload.presets import Preset, preset_named
+from dl2.workload.presets import PS_WORKER, Preset, preset_named
 from dl2.workload.traces import ARRIVAL_PATTERNS
 
 RUNS = {  # name: (speed model the RL trains on, start from the pretrained policy)
@@ -77,7 +77,7 @@ def learn_settings(values: Mapping[str, Any], presets: Mapping[str, Preset], whe
     """The `learn` section (`values`), its preset resolved among `presets`."""
     if "preset" not in values:
         raise Dl2Error(f"{where}: {name}.preset is missing")
-    preset = preset_named(values["preset"], presets, f"{where}: {name}.preset")
+    preset = preset_named(values["preset"], presets, f"{where}: {name}.preset", world=PS_WORKER)
     return typed(LearnSettings, values, where, name, preset=preset)
 
 

@@ -18,12 +18,12 @@ import pandas as pd
 import torch
 
 from dl2.distributed.executor import LOCAL, Executor
+from dl2.distributed.jobs import run_jobs
 from dl2.errors import Dl2Error
 from dl2.learn.agent import DL2Policy
 from dl2.learn.env import DecisionEnv
 from dl2.learn.learners import make_trainer
 from dl2.learn.nets import NET_PRESETS, NetConfig, net_config
-from dl2.learn.processes import run_jobs
 from dl2.learn.settings import RUNS, FinetunePlan, LearnSettings
 from dl2.learn.trainer import RLConfig, Trainer
 from dl2.sim.scenario import Scenario, SimOptions

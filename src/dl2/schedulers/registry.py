@@ -15,7 +15,8 @@ def policy_names() -> tuple[str, ...]:
     return BUILTIN_POLICIES
 
 
-def _load_class(spec: str) -> type:
+def load_class(spec: str) -> type:
+    """The class `spec` names: `module:Class` (imported) or `file.py:Class` (loaded from the file)."""
     target, _, attr = spec.rpartition(":")
     if target.endswith(".py"):
         path = Path(target)
@@ -46,7 +47,7 @@ def get_scheduler(name: str) -> Scheduler:
     if key in BUILTIN_POLICIES:
         return BuiltinScheduler(key)
     if ":" in name:
-        scheduler = _load_class(name)()
+        scheduler = load_class(name)()
         if not callable(getattr(scheduler, "schedule", None)):
             raise Dl2Error(f"{name} has no schedule(obs) method")
         if not hasattr(scheduler, "name"):

@@ -1,16 +1,22 @@
-"""Cluster and workload scenarios (DESIGN §4). A preset is data: the `presets` section of `params.yaml`."""
+"""Cluster and workload scenarios (DESIGN §4, §7). A preset is data: the `presets` section of `params.yaml`.
+
+Every preset belongs to a world (its `world` key): the PS/worker world of the DL2 paper (`ps-worker`, the
+default) or the Pollux artifact's GPU cluster (`pollux`). Each world has its own preset type, and numbers
+are comparable only between presets of one world."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from dl2.config import Checked, bounded, choice, default_params_path, load_params, section, typed
 from dl2.errors import Dl2Error
 
 SPEED_TABLES = ("public_release", "dev_snapshot", "testbed")  # testbed: profiled on kind (data/testbed)
+PS_WORKER, POLLUX = "ps-worker", "pollux"
+WORLDS = (PS_WORKER, POLLUX)
 NODE_CPU_SLOTS = 8
 NODE_GPU_SLOTS = 8
 SLOT_SECONDS = 1200.0
@@ -32,10 +38,28 @@ class Preset(Checked):
     slot_seconds: float = bounded(above=0, default=SLOT_SECONDS)
     node_cpu: int = bounded(at_least=1, default=NODE_CPU_SLOTS)
     node_gpu: int = bounded(at_least=1, default=NODE_GPU_SLOTS)
+    world: ClassVar[str] = PS_WORKER  # params.yaml's `world` key, which picks the type
 
 
-def presets_from(params: Mapping[str, Any], where: str) -> dict[str, Preset]:
-    """Every preset of a params mapping, checked."""
+@dataclass(frozen=True)
+class PolluxPreset(Checked):
+    """A GPU cluster of the Pollux world (DESIGN §7): nodes of a few GPUs, rescheduled every interval; a
+    job whose GPUs change stops for `restart_seconds`. The artifact's: 16 nodes of 4 GPUs, 60 s, 30 s."""
+
+    name: str
+    num_nodes: int = bounded(at_least=1)
+    gpus_per_node: int = bounded(at_least=1, at_most=4)  # the throughput was measured on nodes of 4 GPUs
+    interval_seconds: int = bounded(at_least=1)
+    restart_seconds: int = bounded(at_least=0)
+    world: ClassVar[str] = POLLUX
+
+
+PRESET_TYPES = {PS_WORKER: Preset, POLLUX: PolluxPreset}
+AnyPreset = Preset | PolluxPreset
+
+
+def presets_from(params: Mapping[str, Any], where: str) -> dict[str, AnyPreset]:
+    """Every preset of a params mapping, checked, each as its world's type."""
     raw = section(params, "presets", where)
     if not raw:
         raise Dl2Error(f"{where}: section 'presets' is empty")
@@ -43,24 +67,33 @@ def presets_from(params: Mapping[str, Any], where: str) -> dict[str, Preset]:
     for name, spec in raw.items():
         if not isinstance(spec, Mapping):
             raise Dl2Error(f"{where}: presets.{name}: expected a mapping of keys, got {spec!r}")
-        presets[str(name)] = typed(Preset, spec, where, f"presets.{name}", name=str(name))
+        world = spec.get("world", PS_WORKER)
+        if world not in PRESET_TYPES:
+            raise Dl2Error(f"{where}: presets.{name}.world: expected one of {', '.join(WORLDS)}, got {world!r}")
+        values = {k: v for k, v in spec.items() if k != "world"}
+        presets[str(name)] = typed(PRESET_TYPES[world], values, where, f"presets.{name}", name=str(name))
     return presets
 
 
-def load_presets(path: str | Path | None = None) -> dict[str, Preset]:
+def load_presets(path: str | Path | None = None) -> dict[str, AnyPreset]:
     """All presets of a params file (default: the project's `params.yaml`), checked."""
     path = Path(path) if path is not None else default_params_path()
     return presets_from(load_params(path), str(path))
 
 
-def get_preset(name: str, path: str | Path | None = None) -> Preset:
-    """One preset by name; an unknown name lists the known ones."""
-    return preset_named(name, load_presets(path))
+def get_preset(name: str, path: str | Path | None = None, world: str | None = None) -> AnyPreset:
+    """One preset by name (of `world`, if given); an unknown name lists the known ones."""
+    return preset_named(name, load_presets(path), world=world)
 
 
-def preset_named(name: str, presets: Mapping[str, Preset], key: str | None = None) -> Preset:
-    """`presets[name]`, or an error naming `key` (where the name was given) and the known presets."""
+def preset_named(name: str, presets: Mapping[str, AnyPreset], key: str | None = None, world: str | None = None) -> AnyPreset:
+    """`presets[name]`, or an error naming `key` (where the name was given) and the known presets; with
+    `world`, a preset of another world is an error too."""
+    where = f"{key}: " if key else ""
     if name not in presets:
-        where = f"{key}: " if key else ""
         raise Dl2Error(f"{where}unknown preset {name!r} (known: {', '.join(presets)})")
+    if world is not None and presets[name].world != world:
+        fitting = [n for n, p in presets.items() if p.world == world]
+        raise Dl2Error(f"{where}preset {name!r} is of the {presets[name].world} world, this needs one of the {world} world "
+                       f"(known: {', '.join(fitting) or 'none'})")
     return presets[name]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -141,7 +142,8 @@ def write_trace(trace: Trace, path: str | Path) -> None:
                 )
 
 
-def _parse_int(text: str, where: str, field: str, minimum: int) -> int:
+def parse_int(text: str, where: str, field: str, minimum: int) -> int:
+    """`text` as an integer >= `minimum`, or an error naming `where` (file:line) and the field."""
     try:
         value = int(text.strip())
     except ValueError:
@@ -151,34 +153,34 @@ def _parse_int(text: str, where: str, field: str, minimum: int) -> int:
     return value
 
 
-def read_trace(path: str | Path, catalog: Catalog) -> Trace:
-    """Read and validate a trace CSV; the first problem found is raised as a `Dl2Error`."""
+def csv_rows(path: str | Path, columns: tuple[str, ...], what: str) -> Iterator[tuple[str, dict[str, str]]]:
+    """(`file:line`, {column: text}) for every non-blank row of a CSV file whose header names `columns`
+    (others may stand beside them); a missing file, an empty one, a missing column or a malformed row is an
+    error naming the file and line. `what` names the kind of file in those errors ("trace")."""
     path = Path(path)
     if not path.is_file():
-        raise Dl2Error(f"{path}: trace file not found")
+        raise Dl2Error(f"{path}: {what} file not found")
     try:
         text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError:
         raise Dl2Error(f"{path}: not a CSV text file") from None
     if not text.strip():
-        raise Dl2Error(f"{path}: empty file (expected a header {','.join(COLUMNS)} and one row per job)")
+        raise Dl2Error(f"{path}: empty file (expected a header {','.join(columns)} and one row per job)")
     reader = csv.reader(io.StringIO(text, newline=""))
     try:
         header = [h.strip() for h in next(reader)]
     except csv.Error as exc:
         raise Dl2Error(f"{path}:1: not a CSV header ({exc})") from None
-    missing = [c for c in COLUMNS if c not in header]
+    missing = [c for c in columns if c not in header]
     if missing:
-        raise Dl2Error(f"{path}:1: missing column {missing[0]!r} (header must name {','.join(COLUMNS)})")
-    col = {c: header.index(c) for c in COLUMNS}
-    ids, arrivals, models, epochs = [], [], [], []
-    seen: dict[int, int] = {}
+        raise Dl2Error(f"{path}:1: missing column {missing[0]!r} (header must name {','.join(columns)})")
+    col = {c: header.index(c) for c in columns}
     while True:
         lineno = reader.line_num + 1
         try:
             row = next(reader)
         except StopIteration:
-            break
+            return
         except csv.Error as exc:
             raise Dl2Error(f"{path}:{lineno}: not a CSV row ({exc})") from None
         if not row or not any(cell.strip() for cell in row):
@@ -186,20 +188,28 @@ def read_trace(path: str | Path, catalog: Catalog) -> Trace:
         where = f"{path}:{lineno}"
         if len(row) != len(header):
             raise Dl2Error(f"{where}: expected {len(header)} fields, got {len(row)}")
-        job_id = _parse_int(row[col["job_id"]], where, "job_id", 1)
+        yield where, {c: row[k] for c, k in col.items()}
+
+
+def read_trace(path: str | Path, catalog: Catalog) -> Trace:
+    """Read and validate a trace CSV; the first problem found is raised as a `Dl2Error`."""
+    ids, arrivals, models, epochs = [], [], [], []
+    seen: dict[int, str] = {}
+    for where, row in csv_rows(path, COLUMNS, "trace"):
+        job_id = parse_int(row["job_id"], where, "job_id", 1)
         if job_id in seen:
             raise Dl2Error(f"{where}: job_id: duplicate id {job_id} (first on line {seen[job_id]})")
-        seen[job_id] = lineno
-        arrival = _parse_int(row[col["arrival_slot"]], where, "arrival_slot", 0)
-        name = row[col["model"]].strip()
+        seen[job_id] = where.rpartition(":")[2]
+        arrival = parse_int(row["arrival_slot"], where, "arrival_slot", 0)
+        name = row["model"].strip()
         if name not in catalog.names:
             raise Dl2Error(f"{where}: model: unknown model {name!r} (known: {', '.join(catalog.names)})")
         try:
-            num_epochs = float(row[col["num_epochs"]])
+            num_epochs = float(row["num_epochs"])
         except ValueError:
-            raise Dl2Error(f"{where}: num_epochs: expected a number, got {row[col['num_epochs']]!r}") from None
+            raise Dl2Error(f"{where}: num_epochs: expected a number, got {row['num_epochs']!r}") from None
         if not math.isfinite(num_epochs) or num_epochs <= 0:
-            raise Dl2Error(f"{where}: num_epochs: expected a positive number, got {row[col['num_epochs']].strip()}")
+            raise Dl2Error(f"{where}: num_epochs: expected a positive number, got {row['num_epochs'].strip()}")
         ids.append(job_id)
         arrivals.append(arrival)
         models.append(catalog.index(name))

@@ -18,11 +18,11 @@ import pandas as pd
 import torch
 
 from dl2.distributed.executor import LOCAL, Executor
+from dl2.distributed.jobs import run_jobs
 from dl2.learn import workflow
 from dl2.learn.ablations.plan import AblationPlan, Cell
 from dl2.learn.agent import DL2Policy
 from dl2.learn.pretrain import pretrain
-from dl2.learn.processes import run_jobs
 from dl2.learn.rollout import run_policy
 from dl2.learn.settings import LearnSettings
 from dl2.metrics import lower_bound_jct

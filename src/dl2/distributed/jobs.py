@@ -1,6 +1,6 @@
-"""Independent jobs (ablation cells, fine-tuning runs, evaluations), run where the `executor` section says:
-in this process or a pool of fresh ones (`kind: local`), or as tasks on a Ray cluster (`kind: ray`,
-`dl2.distributed.ray_tasks`). Every job seeds itself, so a job's result is the one it would give alone,
+"""Independent jobs (ablation cells, fine-tuning runs, evaluations, the Pollux world's grid cells), run
+where the `executor` section says: in this process or a pool of fresh ones (`kind: local`), or as tasks on
+a Ray cluster (`kind: ray`, `dl2.distributed.ray_tasks`). Every job seeds itself, so a job's result is the one it would give alone,
 wherever it ran; the driver alone writes results to files and MLflow."""
 
 from __future__ import annotations
