@@ -56,3 +56,22 @@ def test_published_testbed_metrics_follow_from_its_per_job_results():
     jobs = pd.read_csv(folder / "evaluate" / "jobs.csv")
     assert len(jobs) and jobs.jct_testbed.notna().all(), "every job of the testbed run finished"
     assert json.loads((folder / "metrics.json").read_text()) == testbed_metrics(jobs, pd.read_csv(folder / "results.csv"))
+
+
+def test_published_pollux_grid_follows_from_its_runs_and_holds_the_artifacts_tolerances():
+    from dl2.pollux import grid
+
+    folder = PUBLISHED / "pollux"
+    summary = pd.read_csv(folder / "summary.csv", dtype={"load": str})
+    cells = grid.cells_table(summary)
+    loads, reductions = grid.loads_table(cells), grid.reductions_table(cells)
+    assert json.loads((folder / "metrics.json").read_text()) == json.loads(json.dumps(grid.grid_metrics(cells, loads, reductions)))
+    for name, table in (("cells", cells), ("loads", loads), ("reductions", reductions)):
+        published = pd.read_csv(folder / f"{name}.csv", dtype={"load": str})
+        pd.testing.assert_frame_equal(published, table, check_exact=False, rtol=1e-12, check_dtype=False)
+    # the full grid: every policy, load and workload, Pollux over three seeds, and every verdict holds
+    assert len(cells) == 96 and (cells[cells.policy == "pollux"].seeds >= grid.MIN_SEEDS).all()
+    assert cells.within.all() and loads.within.all() and reductions.within.all()
+    jobs = pd.read_csv(folder / "jobs.csv", dtype={"load": str})
+    assert len(jobs) == sum(len(grid.Cell(**c).path.read_text().splitlines()) - 1
+                            for c in summary[["policy", "load", "workload", "seed"]].to_dict("records"))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
 from dl2.errors import Dl2Error
@@ -164,7 +165,14 @@ class _Cluster:
 
 def simulate(workload: Workload, policy: PolluxPolicy, preset: PolluxPreset, progress: bool = False,
              max_seconds: int = 10_000_000) -> PolluxRun:
-    """`workload` to completion under `policy` on `preset`'s cluster."""
+    """`workload` to completion under `policy` on `preset`'s cluster. BLAS runs single-threaded meanwhile:
+    the world's only BLAS work is the throughput fits' tiny vectors, and idle BLAS threads spinning between
+    them made the fits 3x slower on two cores, and 20x beside a second run."""
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _simulate(workload, policy, preset, progress, max_seconds)
+
+
+def _simulate(workload: Workload, policy: PolluxPolicy, preset: PolluxPreset, progress: bool, max_seconds: int) -> PolluxRun:
     cluster = _Cluster(workload, policy, preset)
     gpus_used, running = [], []
     policy_seconds = 0.0
