@@ -102,7 +102,10 @@ class _Cluster:
     def train(self) -> None:
         """Every job trains for one interval; jobs that met a new configuration refit their model and go on."""
         seconds, measure = self.preset.interval_seconds, self.policy.fits_models
-        kernels.advance_all(self.jobs, seconds, self.time, self.tables, measure, self.left, self.clock)
+        try:
+            kernels.advance_all(self.jobs, seconds, self.time, self.tables, measure, self.left, self.clock)
+        except ValueError as exc:  # a placement or batch size outside the artifact's measurements
+            raise Dl2Error(f"{self.policy.name} at {self.time} s: {exc}") from None
         for j in np.flatnonzero(self.left >= 0):
             left, clock = int(self.left[j]), int(self.clock[j])
             while left >= 0:
