@@ -61,6 +61,16 @@ def test_a_cell_is_the_main_sections_then_the_scale_then_the_axis_base_then_its_
     assert on.digest(0) != on.digest(1) != none.digest(1)
 
 
+def test_an_axis_budget_at_the_scale_comes_after_the_axis_base_and_before_the_cell():
+    axis = {"base": {"finetune": {"updates": 7, "lr": 0.1}}, "scales": {"full": {"finetune": {"updates": 6000, "lr": 0.2}}},
+            "cells": {"a": {}, "b": {"finetune": {"lr": 0.3}}}}
+    scales = {"small": {"finetune": {"updates": 4}}, "full": {"finetune": {"updates": 200}}}
+    small = plan_with({"scale": "small", "scales": scales, "axes": {"x": axis}}, "x")
+    full = plan_with({"scale": "full", "scales": scales, "axes": {"x": axis}}, "x")
+    assert [(c.finetune.updates, c.finetune.lr) for c in small.cells] == [(7, 0.1), (7, 0.3)]
+    assert [(c.finetune.updates, c.finetune.lr) for c in full.cells] == [(6000, 0.2), (6000, 0.3)]
+
+
 def test_a_cells_digest_follows_what_it_computes_not_how_runs_are_scheduled():
     ablations = {"scale": "small", "scales": {"small": {}}, "axes": {"x": {"cells": {"a": {}}}}}
     cell = plan_with(ablations, "x").cells[0]
@@ -93,6 +103,8 @@ def _with(axis_spec=None, **section):
     (_with({"cells": {"a": {"learn": {"arrivals": "bursty"}}}}), "x", "ablations.axes.x.cells.a: learn.arrivals"),
     (_with({"cells": {"a": {"learn": {"speed_noise": 1.5}}}}), "x", "ablations.axes.x.cells.a: learn.speed_noise"),
     (_with({"cells": {"a": {}}, "reference": "b"}), "x", "ablations.axes.x.reference"),
+    (_with({"cells": {"a": {}}, "scales": {"huge": {}}}), "x", "ablations.axes.x.scales"),
+    (_with({"cells": {"a": {}}, "scales": {"small": {"finetune": {"updates": 0}}}}), "x", "ablations.axes.x.cells.a: finetune.updates"),
     (_with(scale="huge"), "x", "ablations.scale"),
     (_with(seeds=[0, 0]), "x", "ablations.seeds"),
     (_with(workers=-1), "x", "ablations.workers"),
@@ -231,7 +243,8 @@ def test_a_claims_status(paper, ours, every_seed, expected):
 def test_table2_claims_read_the_ablations_cells_without_the_part_seed_by_seed():
     jcts = {"replay": {"prioritized": (6.0, 8.0), "off": (7.0, 10.0)},   # worse in both seeds
             "critic": {"slot": (6.0, 8.0), "off": (7.2, 7.8)},           # worse on average, better in seed 1
-            "reward": {"slot": (6.0, 8.0), "job": (5.9, 7.0)}}           # better
+            "reward": {"slot": (6.0, 8.0), "job": (5.9, 7.0)},           # better
+            "ppo-critic": {"slot": (6.0, 8.0), "off": (12.0, 12.0)}}     # dl2's PPO without its critic: far worse
     results = {axis: pd.DataFrame([{"cell": c, "seed": s, "val_jct_greedy": j, "val_jct_sampled": j, "lower_bound": 5.0, "optimus": 6.5}
                                    for c, js in cells.items() for s, j in enumerate(js)]) for axis, cells in jcts.items()}
     summaries = {axis: tables.summary(frame, next(iter(jcts[axis]))) for axis, frame in results.items()}
@@ -242,6 +255,9 @@ def test_table2_claims_read_the_ablations_cells_without_the_part_seed_by_seed():
     assert claims["no critic"]["ours"] == pytest.approx(0.0714, abs=1e-3) and claims["no critic"]["status"] == "not reproduced"
     assert claims["per action reward"]["status"] == "not reproduced"
     assert claims["no job aware exploration"]["status"] == "not run" and claims["no job aware exploration"]["every_seed"] is None
+    (ppo,) = rep.table2_claims(summaries, paper, results, rep.TABLE2_PPO, "Table 2 (PPO)")
+    assert ppo["source"] == "Table 2 (PPO)" and ppo["claim"].startswith("no critic")
+    assert ppo["ours"] == pytest.approx(24 / 14 - 1) and ppo["status"] == "reproduced" and ppo["every_seed"]
 
 
 def test_the_html_report_is_one_self_contained_page():

@@ -55,6 +55,7 @@ TABLE2 = {  # paper key: (ablation axis, the cell without the part)
     "no_job_aware_exploration": ("exploration", "off"),
     "no_experience_replay": ("replay", "off"),
 }
+TABLE2_PPO = {"no_critic": ("ppo-critic", "off")}  # the parts of Table 2 that dl2's PPO learner has
 
 
 def status(paper: float, ours: float, every_seed: bool = True) -> str:
@@ -82,11 +83,12 @@ def fig9_claims(summary: pd.DataFrame, paper: Mapping[str, float], dl2: str = "d
 
 
 def table2_claims(ablations: Mapping[str, pd.DataFrame], paper: Mapping[str, float],
-                  results: Mapping[str, pd.DataFrame]) -> list[dict]:
-    """Table 2: how much worse DL2 gets without each part (`ablations`: axis -> its `ablations.summary`;
-    `results`: axis -> its per-seed `ablations.results_table`)."""
+                  results: Mapping[str, pd.DataFrame], parts: Mapping[str, tuple[str, str]] = TABLE2,
+                  source: str = "Table 2") -> list[dict]:
+    """Table 2: how much worse DL2 gets without each of `parts` (paper key -> (axis, the cell without the part);
+    `ablations`: axis -> its `ablations.summary`; `results`: axis -> its per-seed `ablations.results_table`)."""
     rows = []
-    for key, (axis, cell) in TABLE2.items():
+    for key, (axis, cell) in parts.items():
         table = ablations.get(axis)
         ours, every_seed = float("nan"), None
         if table is not None and cell in set(table.cell):
@@ -94,7 +96,7 @@ def table2_claims(ablations: Mapping[str, pd.DataFrame], paper: Mapping[str, flo
             reference = table.loc[table.reference, "cell"].iloc[0]
             per_seed = results[axis].pivot(index="seed", columns="cell", values="val_jct_greedy")
             every_seed = bool((np.sign(per_seed[cell] - per_seed[reference]) == np.sign(paper[key])).all())
-        rows.append({"source": "Table 2", "claim": f"{key.replace('_', ' ')}: worse than DL2 by", "paper": paper[key],
+        rows.append({"source": source, "claim": f"{key.replace('_', ' ')}: worse than DL2 by", "paper": paper[key],
                      "ours": ours, "status": status(paper[key], ours, bool(every_seed)), "every_seed": every_seed})
     return rows
 
@@ -249,6 +251,7 @@ class Reproduction:
     summary: pd.DataFrame  # `summary_table` of `results`
     history: pd.DataFrame  # the fine-tuning history
     axes: dict[str, dict[str, pd.DataFrame]]  # ablation axis -> its tables (`tables.read_axis`)
+    convergence: pd.DataFrame | None  # `tables.convergence` of the clusters axis's curves (None where it has not run)
     claims: pd.DataFrame  # every claim beside ours, with its status
     testbed: sim_to_real.SimToReal | None  # the kind testbed's profile and evaluation (None without a profile)
     pollux: PolluxGrid | None  # the Pollux world's grid beside the artifact (None where it has not run)
@@ -273,13 +276,15 @@ def reproduce(files: ReportFiles) -> Reproduction:
     axes = {axis: tables.read_axis(folder) for axis, folder in read_ablations(files.ablations).items()}
     clusters = axes.get("clusters", {}).get("curves")
     convergence = tables.convergence(clusters) if clusters is not None and len(clusters) else None
+    summaries, per_seed = {a: t["summary"] for a, t in axes.items()}, {a: t["results"] for a, t in axes.items()}
+    table2 = paper["table2_worse_than_dl2"]
     claims = pd.DataFrame(fig9_claims(summary, paper["fig9_avg_jct"])
-                          + table2_claims({a: t["summary"] for a, t in axes.items()}, paper["table2_worse_than_dl2"],
-                                          {a: t["results"] for a, t in axes.items()})
+                          + table2_claims(summaries, table2, per_seed)
+                          + table2_claims(summaries, table2, per_seed, TABLE2_PPO, "Table 2 (PPO)")
                           + cluster_claims(convergence))
     claims["difference"] = claims.ours - claims.paper
-    return Reproduction(results, summary, pd.read_csv(files.history), axes, claims, sim_to_real.read(files.profile, files.testbed),
-                        read_pollux(files.pollux))
+    return Reproduction(results, summary, pd.read_csv(files.history), axes, convergence, claims,
+                        sim_to_real.read(files.profile, files.testbed), read_pollux(files.pollux))
 
 
 def figures(rep: Reproduction) -> dict[str, plt.Figure]:
@@ -312,7 +317,8 @@ def write_report(rep: Reproduction, figs: Mapping[str, plt.Figure], files: Repor
         ("Every claim, beside ours", [paragraph(STATUS_NOTE), paragraph(PAPER_COVERAGE), _table_html(shown)]),
         ("Fig. 9: average JCT per scheduler", [paragraph(bound_note), _table_html(rep.summary), figure_html(figs["fig9"], dpi)]),
         ("Fig. 10: validation JCT during fine-tuning", [figure_html(figs["fig10"], dpi)]),
-        *[_ablation_section(axis, frames, figs[axis], dpi) for axis, frames in rep.axes.items()],
+        *[_ablation_section(axis, frames, figs[axis], dpi, rep.convergence if axis == "clusters" else None)
+          for axis, frames in rep.axes.items()],
         *_testbed_sections(rep.testbed, figs, dpi),
         *_pollux_sections(rep.pollux, figs, dpi),
     ]
@@ -320,11 +326,13 @@ def write_report(rep: Reproduction, figs: Mapping[str, plt.Figure], files: Repor
     return metrics
 
 
-def _ablation_section(axis: str, frames: Mapping[str, pd.DataFrame], fig: plt.Figure, dpi: int) -> tuple[str, list[str]]:
-    """One axis's section: its cells against the reference; for the clusters axis also how fast each converges."""
+def _ablation_section(axis: str, frames: Mapping[str, pd.DataFrame], fig: plt.Figure, dpi: int,
+                      convergence: pd.DataFrame | None = None) -> tuple[str, list[str]]:
+    """One axis's section: its cells against the reference; with the axis's `convergence`
+    (`tables.convergence`), also how fast each cell converged."""
     parts = [paragraph(ABLATION_COLUMNS), _table_html(frames["summary"]), figure_html(fig, dpi)]
-    if axis == "clusters" and len(frames["curves"]):
-        speed = tables.convergence(frames["curves"]).groupby("cell")[["target", "update", "decisions", "seconds"]].mean()
+    if convergence is not None:
+        speed = convergence.groupby("cell")[["target", "update", "decisions", "seconds"]].mean()
         parts += [paragraph(CLUSTERS_NOTE), _table_html(speed.reset_index())]
     return f"Ablation: {axis}", parts
 

@@ -2,9 +2,10 @@
 sections, checked and typed as the stages check theirs.
 
 `params.yaml`'s `ablations` section holds the axes and their groups. A cell's sections are the main ones,
-then the scale's (`ablations.scales[scale]`), then the axis's own `base`, then the cell's overrides; the
-cell also names the `run` it trains: `sl-rl` (DL2), `rl-only`, `offline-rl` or `sl-only` (the pretrained
-policy alone). Every cell runs once per seed in `ablations.seeds`.
+then the scale's (`ablations.scales[scale]`), then the axis's own `base`, then the axis's own budget at
+that scale (`scales[scale]` inside the axis, for an axis that needs another training length than the
+others), then the cell's overrides; the cell also names the `run` it trains: `sl-rl` (DL2), `rl-only`,
+`offline-rl` or `sl-only` (the pretrained policy alone). Every cell runs once per seed in `ablations.seeds`.
 """
 
 from __future__ import annotations
@@ -102,6 +103,11 @@ def plan_axis(ablations: AblationSettings, axis: str, sections: Mapping[str, Any
     main = {name: copy.deepcopy(sections.get(name) or {}) for name in SECTIONS}
     base = _merge(main, ablations.scales[ablations.scale] or {}, f"{where}: ablations.scales.{ablations.scale}")
     base = _merge(base, spec.get("base") or {}, f"{where}: ablations.axes.{axis}.base")
+    axis_scales = spec.get("scales") or {}
+    if not isinstance(axis_scales, Mapping) or set(axis_scales) - set(ablations.scales):
+        raise Dl2Error(f"{where}: ablations.axes.{axis}.scales: expected a mapping of scales of ablations.scales "
+                       f"({', '.join(ablations.scales)}) to overrides, got {axis_scales!r}")
+    base = _merge(base, axis_scales.get(ablations.scale) or {}, f"{where}: ablations.axes.{axis}.scales.{ablations.scale}")
     cells = []
     for label, overrides in cells_spec.items():
         at = f"ablations.axes.{axis}.cells.{label}"
