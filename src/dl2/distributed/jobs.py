@@ -5,6 +5,9 @@ wherever it ran; the driver alone writes results to files and MLflow."""
 
 from __future__ import annotations
 
+import os
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
@@ -28,7 +31,19 @@ def run_jobs(fn: Callable[..., Any], jobs: Sequence[tuple], workers: int, in_ord
         for index, args in enumerate(jobs):
             yield index, fn(*args)
         return
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
+                             initializer=exit_with_parent, initargs=(os.getpid(),)) as pool:
         futures = {pool.submit(fn, *args): index for index, args in enumerate(jobs)}
         for future in (futures if in_order else as_completed(futures)):
             yield futures[future], future.result()
+
+
+def exit_with_parent(parent: int, every: float = 1.0) -> None:
+    """Pool initializer: end this worker within `every` seconds of its driver `parent` dying (a stage killed
+    with SIGTERM or SIGKILL would otherwise leave its workers training, and writing checkpoints, as orphans)."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
