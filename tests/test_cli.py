@@ -135,6 +135,9 @@ def test_trace_stats_of_hand_written_trace(capsys, tmp_path):
     path.write_text("job_id,arrival_slot,model,num_epochs,comment\n"
                     "1,2,resnet-50,10,a\n\n2,2,vgg-16,30,b\n3,5,resnet-50,20,c\n")
     stats = json.loads(run_ok(capsys, ["trace", "stats", str(path)]))
+    bound = stats.pop("bound")
+    assert bound["lower_bound_avg_jct"] > 0 and 0 < bound["bound_demand_mean"] <= bound["bound_demand_peak"] < 1
+    assert bound["slots_over_capacity"] == 0.0  # three jobs on the paper's 96 nodes
     assert stats == {"num_jobs": 3, "first_arrival": 2, "last_arrival": 5, "max_arrivals_per_slot": 2,
                      "mean_epochs": 20.0, "jobs_per_model": {"resnet-50": 2, "vgg-16": 1}}
 

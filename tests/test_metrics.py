@@ -1,11 +1,11 @@
-"""Metrics: JCT statistics, utilization, churn and the lower bound."""
+"""Metrics: JCT statistics, utilization, churn, the lower bound and its schedule's demand."""
 
 import numpy as np
 import pytest
 from conftest import tiny_preset
 
 from dl2.backends.sim import simulate
-from dl2.metrics import job_table, lower_bound_jct, slot_table, summarize
+from dl2.metrics import bound_demand, job_table, lower_bound_jct, slot_table, summarize
 from dl2.sim.scenario import Scenario, SimOptions
 from dl2.workload.catalog import load_catalog
 from dl2.workload.traces import Trace
@@ -27,6 +27,27 @@ def test_a_job_alone_at_its_best_configuration_meets_the_bound():
     if table[0, 2, 2] == best:
         assert result.jct[0] == pytest.approx(1000.0 / best)
     assert result.jct[0] >= lower_bound_jct(trace, scenario)[0] - 1e-12
+
+
+def test_the_bound_schedule_holds_each_job_at_its_best_allocation_from_arrival_to_its_bound():
+    scenario, one = _one_job()
+    alone = bound_demand(one, scenario)
+    arrival, end = one.arrival[0], int(np.ceil(one.arrival[0] + lower_bound_jct(one, scenario)[0]))
+    assert len(alone) == end > arrival + 1 and not alone[:arrival].any()
+    assert np.all(alone[arrival:] == alone[arrival]) and 0.0 < alone[arrival] <= 1.0  # it fits the empty cluster
+    two = Trace(np.array([1, 2]), np.array([arrival, arrival]), np.array([0, 0]), np.array([1000.0, 1000.0]), one.model_names)
+    assert bound_demand(two, scenario) == pytest.approx(2 * alone)
+
+
+def test_the_bound_is_within_reach_on_paper_and_not_on_dev():
+    from dl2.workload.presets import get_preset
+    from dl2.workload.traces import generate_trace
+
+    for name, reachable in (("paper", True), ("dev", False)):
+        scenario = Scenario(get_preset(name))
+        demand = np.concatenate([bound_demand(generate_trace(scenario.preset, scenario.catalog, seed), scenario)
+                                 for seed in range(3)])
+        assert (demand.max() <= 1.0) == reachable, name
 
 
 def test_integer_bound_rounds_up():

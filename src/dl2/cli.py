@@ -67,7 +67,16 @@ def cmd_trace_validate(args: argparse.Namespace) -> None:
 
 
 def cmd_trace_stats(args: argparse.Namespace) -> None:
-    print(json.dumps(_read_any_trace(args.file, args).stats(), indent=2))
+    from dl2.metrics import bound_reach
+    from dl2.sim.scenario import Scenario
+    from dl2.workload.presets import get_preset
+    from dl2.workload.traces import Trace
+
+    trace = _read_any_trace(args.file, args)
+    stats = trace.stats()
+    if isinstance(trace, Trace):  # the PS/worker world: the lower bound, and whether the cluster can hold its schedule
+        stats["bound"] = bound_reach(trace, Scenario(get_preset(args.preset, args.params)))
+    print(json.dumps(stats, indent=2))
 
 
 def cmd_simulate(args: argparse.Namespace) -> None:

@@ -1,4 +1,5 @@
-"""Metrics of a simulated run: JCT statistics, utilization, allocation churn, and the lower bound."""
+"""Metrics of a simulated run: JCT statistics, utilization, allocation churn, the lower bound, and what the
+bound's own schedule would ask of the cluster."""
 
 from __future__ import annotations
 
@@ -71,24 +72,51 @@ def lower_bound_jct(trace: Trace, scenario: Scenario) -> np.ndarray:
 
     No schedule can beat it: a job never trains faster than this, whatever else runs.
     """
-    best = _best_epochs_per_slot(scenario)
+    best = _best_allocations(scenario)[0]
     slots = trace.num_epochs / best[trace.model]
     return slots if scenario.options.fine_grained_jct else np.ceil(slots)
 
 
+def bound_demand(trace: Trace, scenario: Scenario) -> np.ndarray:
+    """Per slot until the last job ends, what the lower bound's schedule asks of the cluster: every job at its
+    fastest allocation from its arrival to its bound JCT, as a fraction of the cluster's capacity in its
+    scarcest resource (CPU or GPU). Above 1 no schedule can give every job that allocation, so the bound is
+    out of reach there."""
+    _, ps, workers = _best_allocations(scenario)
+    p, c = scenario.preset, scenario.catalog
+    end = np.ceil(trace.arrival + lower_bound_jct(trace, scenario)).astype(np.int64)
+    demand = np.zeros((int(end.max()), 2))
+    for arrival, stop, model in zip(trace.arrival, end, trace.model, strict=True):
+        demand[int(arrival):stop] += ps[model] * c.ps_demand[model] + workers[model] * c.worker_demand[model]
+    capacity = np.array([p.num_nodes * p.node_cpu, p.num_nodes * p.node_gpu], dtype=float)
+    return (demand / capacity).max(axis=1)
+
+
+def bound_reach(trace: Trace, scenario: Scenario) -> dict[str, float]:
+    """The lower bound's average JCT and how far its schedule is from fitting the cluster (`bound_demand`):
+    its mean and peak demand, and the share of slots where it asks for more than the cluster has."""
+    demand = bound_demand(trace, scenario)
+    active = demand[int(trace.arrival.min()):]
+    return {"lower_bound_avg_jct": float(lower_bound_jct(trace, scenario).mean()),
+            "bound_demand_mean": float(active.mean()), "bound_demand_peak": float(active.max()),
+            "slots_over_capacity": float((active > 1.0).mean())}
+
+
 @lru_cache(maxsize=16)
-def _best_epochs_per_slot(scenario: Scenario) -> np.ndarray:
-    """Per model, the fastest epochs per slot over the #PS and #workers that fit on the empty cluster."""
+def _best_allocations(scenario: Scenario) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per model: the fastest epochs per slot over the #PS and #workers that fit on the empty cluster, and
+    that #PS and #workers."""
     p, c, table = scenario.preset, scenario.catalog, scenario.true_table
     best = np.zeros(c.num_models)
+    best_ps, best_workers = np.zeros(c.num_models, np.int64), np.zeros(c.num_models, np.int64)
     for m in range(c.num_models):
         speeds = table[m, 1 : p.max_tasks + 1, 1 : p.max_tasks + 1]
         for flat in np.argsort(-speeds, axis=None, kind="stable"):
             ps, workers = np.unravel_index(flat, speeds.shape)
             if _fits_alone(p.num_nodes, (p.node_cpu, p.node_gpu), c.worker_demand[m], c.ps_demand[m], ps + 1, workers + 1):
-                best[m] = speeds[ps, workers]
+                best[m], best_ps[m], best_workers[m] = speeds[ps, workers], ps + 1, workers + 1
                 break
-    return best
+    return best, best_ps, best_workers
 
 
 def _fits_alone(num_nodes: int, capacity: tuple[int, int], worker: np.ndarray, ps: np.ndarray, num_ps: int, num_workers: int) -> bool:
