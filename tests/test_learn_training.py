@@ -77,6 +77,18 @@ def test_pretraining_imitates_drf():
     assert np.mean(chosen == actions) >= 0.95
 
 
+def test_the_validation_loss_in_chunks_is_the_loss_over_all_decisions_at_once():
+    from dl2.learn.pretrain import _dataset, _validation_loss
+
+    scenario = Scenario(tiny_preset(3, 3, 10))
+    policy = DL2Policy(net_config("paper", hidden=(32, 32), window=10), 3, True)
+    x, y, masks = _dataset(policy, _traces(scenario, 2), scenario, "drf")
+    whole = _validation_loss(policy, x, y, masks, chunk=len(y))
+    chunked = _validation_loss(policy, x, y, masks, chunk=7)
+    assert len(y) > 7 and chunked["val_accuracy"] == whole["val_accuracy"]
+    assert chunked["val_loss"] == pytest.approx(whole["val_loss"], rel=1e-6)
+
+
 def test_label_smoothing_keeps_the_teachers_choices_but_leaves_room_to_explore():
     scenario = Scenario(tiny_preset(3, 3, 10))
     train, validation = _traces(scenario, 4, seed=0), _traces(scenario, 1, seed=1)

@@ -100,8 +100,14 @@ def _dataset(policy: DL2Policy, traces: Sequence[Trace], scenario: Scenario, tea
 
 
 @torch.no_grad()
-def _validation_loss(policy: DL2Policy, x, y, masks) -> dict:
+def _validation_loss(policy: DL2Policy, x, y, masks, chunk: int = 8192) -> dict:
+    """Mean loss and accuracy over the validation decisions, `chunk` at a time: one pass over all of them
+    at once holds every hidden activation (tens of GB on `paper-large` with a wide window)."""
     policy.net.eval()
-    log_probs = masked_log_probs(policy.net(x), masks)
-    return {"val_loss": float(nn.functional.nll_loss(log_probs, y)),
-            "val_accuracy": float((log_probs.argmax(-1) == y).float().mean())}
+    loss, correct = 0.0, 0
+    for start in range(0, len(y), chunk):
+        part = slice(start, start + chunk)
+        log_probs = masked_log_probs(policy.net(x[part]), masks[part])
+        loss += float(nn.functional.nll_loss(log_probs, y[part], reduction="sum"))
+        correct += int((log_probs.argmax(-1) == y[part]).sum())
+    return {"val_loss": loss / len(y), "val_accuracy": correct / len(y)}
