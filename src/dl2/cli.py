@@ -54,28 +54,32 @@ def cmd_trace_generate(args: argparse.Namespace) -> None:
     print(stats.to_string(index=False))
 
 
-def _read_any_trace(path: Path, args: argparse.Namespace):
+def _trace_preset(args: argparse.Namespace):
+    """`--preset` in `--params` (the world that reads the trace files)."""
     from dl2.workload.presets import get_preset
-    from dl2.worlds import world_of
 
-    return world_of(get_preset(args.preset, args.params)).read_trace(path)
+    return get_preset(args.preset, args.params)
 
 
 def cmd_trace_validate(args: argparse.Namespace) -> None:
+    from dl2.worlds import world_of
+
+    world = world_of(_trace_preset(args))
     for path in args.files:
-        print(f"{path}: ok, {len(_read_any_trace(path, args))} jobs")
+        print(f"{path}: ok, {len(world.read_trace(path))} jobs")
 
 
 def cmd_trace_stats(args: argparse.Namespace) -> None:
     from dl2.metrics import bound_reach
     from dl2.sim.scenario import Scenario
-    from dl2.workload.presets import get_preset
     from dl2.workload.traces import Trace
+    from dl2.worlds import world_of
 
-    trace = _read_any_trace(args.file, args)
+    preset = _trace_preset(args)
+    trace = world_of(preset).read_trace(args.file)
     stats = trace.stats()
     if isinstance(trace, Trace):  # the PS/worker world: the lower bound, and whether the cluster can hold its schedule
-        stats["bound"] = bound_reach(trace, Scenario(get_preset(args.preset, args.params)))
+        stats["bound"] = bound_reach(trace, Scenario(preset))
     print(json.dumps(stats, indent=2))
 
 
