@@ -614,3 +614,15 @@ def test_a_stage_dvc_yaml_does_not_have_is_named_with_the_ones_it_has(capsys, tm
     msg = run_error(capsys, ["stage", "ablate@everything", "--data-dir", str(data)])
     assert "unknown stage 'ablate@everything'" in msg and "ablate@learner" in msg and "reproduction-published" in msg
     assert not data.exists()
+
+
+@pytest.mark.parametrize("counts", [["0"], ["1", "4096"]])
+def test_bench_clusters_refuses_counts_the_machine_cannot_give_a_cpu_each(capsys, tmp_path, counts):
+    out = tmp_path / "bench-clusters.json"
+    message = run_error(capsys, ["bench", "--clusters", "--counts", *counts, "--out", str(out)])
+    assert "--counts" in message and "CPUs" in message
+    assert not out.exists()
+
+
+def test_bench_runs_one_benchmark_at_a_time(capsys):
+    assert "one at a time" in run_error(capsys, ["bench", "--ray", "--clusters"])

@@ -138,8 +138,13 @@ def cmd_publish(args: argparse.Namespace) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
-    if args.ray and args.pollux:
-        raise Dl2Error("--ray and --pollux are two benchmarks: run one at a time")
+    if args.ray + args.pollux + args.clusters > 1:
+        raise Dl2Error("--ray, --pollux and --clusters are separate benchmarks: run one at a time")
+    if args.clusters:
+        from dl2.bench_clusters import clusters_benchmark
+
+        print(json.dumps(clusters_benchmark(args.out or Path("bench-clusters.json"), tuple(args.counts)), indent=2))
+        return
     if args.pollux:
         from dl2.bench_pollux import pollux_benchmark
 
@@ -228,6 +233,10 @@ def build_parser() -> argparse.ArgumentParser:
                                                           "Ray nodes (speedup, overhead per task, equality)")
     bench.add_argument("--pollux", action="store_true", help="instead: the Pollux world's job step and each of its policies "
                                                              "on the artifact's workload 6 (bench-pollux.json)")
+    bench.add_argument("--clusters", action="store_true", help="instead: seconds per PPO update with 1 and more training "
+                                                               "clusters, one Ray actor and CPU each, and the wall time to the "
+                                                               "published clusters axis's target (bench-clusters.json)")
+    bench.add_argument("--counts", type=int, nargs="+", default=[1, 2], help="--clusters: the cluster counts (default 1 2)")
     bench.set_defaults(func=cmd_bench)
 
     from dl2.k8s.cli import add_parsers as add_kubernetes_parsers

@@ -194,3 +194,11 @@ def test_a_driver_killed_mid_stage_resumes_from_what_was_stored(two_nodes, local
     assert comparable(results) == local_results
     assert len(submitted) == 8 - len(before)  # what was stored is not trained again
     assert {p: p.stat().st_mtime_ns for p in before} == before
+
+
+def test_bench_clusters_times_a_rollout_on_each_actor_and_the_learners_update(two_nodes):
+    from dl2.bench_clusters import seconds_per_update
+
+    timing = seconds_per_update(2, on(two_nodes, cluster_actors=2), steps=2, warmup=1)
+    assert timing["rollout"] > 0 and timing["update"] > 0
+    assert timing["total"] == pytest.approx(timing["rollout"] + timing["update"])
