@@ -233,6 +233,25 @@ def test_cluster_claims_compare_updates_wall_time_and_samples_against_one_cluste
     assert rep.cluster_claims(convergence[convergence.cell == "4"]) == []
 
 
+def test_cluster_claims_add_the_wall_time_with_a_cpu_per_cluster_from_the_clusters_bench():
+    convergence = pd.DataFrame({"cell": ["1", "2"], "seed": [0, 0], "target": 6.0, "update": [50, 80],
+                                "decisions": [50, 160], "seconds": [20.0, 60.0]})
+    timing = {"to_published_target": {"1": {"speedup_vs_1": 1.0}, "2": {"speedup_vs_1": 0.7}}}
+    claims = rep.cluster_claims(convergence, timing)
+    assert len(claims) == len(rep.CLUSTER_MEASURES) + 1
+    assert claims[-1] == {"source": "parallel clusters", "claim": "2 clusters reach the target faster than 1, in wall time, "
+                          "a CPU each (x)", "paper": 2.0, "ours": 0.7, "status": "not reproduced"}
+    assert rep.cluster_claims(convergence, {"to_published_target": {}}) == rep.cluster_claims(convergence)
+
+
+def test_a_malformed_clusters_bench_report_names_its_file(tmp_path):
+    broken = tmp_path / "clusters.json"
+    broken.write_text("{not json")
+    with pytest.raises(Dl2Error, match="clusters.json: not JSON"):
+        rep.optional_json(broken)
+    assert rep.optional_json(tmp_path / "absent.json") is None
+
+
 @pytest.mark.parametrize("paper, ours, every_seed, expected", [
     (0.3, 0.28, True, "reproduced"), (0.3, 0.5, True, "reproduced"), (0.3, 0.1, True, "direction only"),
     (0.3, 0.1, False, "not reproduced"), (0.3, -0.1, True, "not reproduced"), (0.3, float("nan"), True, "not run")])

@@ -21,7 +21,7 @@ def test_every_published_metrics_file_is_a_dvc_metric_and_documented():
     assert all(f"## `{f.split('/')[2]}/`" in readme for f in files), "each folder has a section: its command and files"
 
 
-@pytest.mark.parametrize("preset", ["paper", "dev", "paper-large"])
+@pytest.mark.parametrize("preset", ["paper", "paper-long", "dev", "paper-large"])
 def test_published_evaluation_metrics_follow_from_its_per_trace_results(preset):
     folder = PUBLISHED / preset
     metrics = json.loads((folder / "metrics.json").read_text())

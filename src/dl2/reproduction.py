@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from dl2 import plots, sim_to_real
+from dl2.errors import Dl2Error
 from dl2.learn.ablations import tables
 from dl2.learn.evaluate import reference_jcts, summary_table
 from dl2.paths import REFERENCE_DIR, TESTBED_DIR, write_csv_atomic, write_json_atomic, write_text_atomic
@@ -106,11 +107,12 @@ def table2_claims(ablations: Mapping[str, pd.DataFrame], paper: Mapping[str, flo
 CLUSTER_MEASURES = (("updates", "update", True), ("wall time", "seconds", True), ("samples", "decisions", False))
 
 
-def cluster_claims(convergence: pd.DataFrame | None) -> list[dict]:
+def cluster_claims(convergence: pd.DataFrame | None, timing: Mapping | None = None) -> list[dict]:
     """§ parallel training: x clusters converge about x times faster. Per x, one claim per measure of
     `CLUSTER_MEASURES`: one cluster's mean updates, wall seconds or decisions to the common target
     (`tables.convergence`) over x clusters'. The paper's claim is about wall time; at equal samples it
-    implies no loss (1x)."""
+    implies no loss (1x). With `timing` (`dl2 bench --clusters`' report), also the wall time with a CPU
+    per cluster, projected from the seconds of an update on Ray actors."""
     if convergence is None or convergence.empty:
         return []
     means = convergence.groupby("cell")[["update", "seconds", "decisions"]].mean()
@@ -120,12 +122,20 @@ def cluster_claims(convergence: pd.DataFrame | None) -> list[dict]:
     for cell, row in means.drop(index="1").iterrows():
         clusters = int(cell)
         for measure, column, scales in CLUSTER_MEASURES:
-            paper, ours = float(clusters) if scales else 1.0, means.loc["1", column] / max(row[column], 1e-9)
-            verdict = ("reproduced" if ours >= (1 - TOLERANCE) * paper else
-                       "direction only" if paper > 1 and ours > 1 else "not reproduced")
-            rows.append({"source": "parallel clusters", "claim": f"{clusters} clusters reach the target faster than 1, "
-                         f"in {measure} (x)", "paper": paper, "ours": float(ours), "status": verdict})
+            rows.append(_cluster_claim(clusters, measure, float(clusters) if scales else 1.0,
+                                       means.loc["1", column] / max(row[column], 1e-9)))
+    projected = (timing or {}).get("to_published_target", {})
+    for cell, entry in projected.items():
+        if cell != "1":
+            rows.append(_cluster_claim(int(cell), "wall time, a CPU each", float(cell), float(entry["speedup_vs_1"])))
     return rows
+
+
+def _cluster_claim(clusters: int, measure: str, paper: float, ours: float) -> dict:
+    verdict = ("reproduced" if ours >= (1 - TOLERANCE) * paper else
+               "direction only" if paper > 1 and ours > 1 else "not reproduced")
+    return {"source": "parallel clusters", "claim": f"{clusters} clusters reach the target faster than 1, in {measure} (x)",
+            "paper": paper, "ours": float(ours), "status": verdict}
 
 
 def claims_metrics(claims: pd.DataFrame, dl2_ratio_to_bound: float) -> dict:
@@ -229,6 +239,7 @@ class ReportFiles:
     testbed: Path  # the testbed evaluation's folder (jobs.csv, slots.csv; empty or absent where none ran)
     pollux: Path  # the Pollux world's grid (cells.csv, loads.csv, reductions.csv; absent where none ran)
     profile: Path = TESTBED_DIR  # the testbed's profiled speeds (`dl2 testbed profile`)
+    cluster_timing: Path | None = None  # `dl2 bench --clusters`' report, on the clusters axis it projects (published only)
 
 
 def report_files(data: Path, published: bool = False) -> ReportFiles:
@@ -238,9 +249,20 @@ def report_files(data: Path, published: bool = False) -> ReportFiles:
         folder = data / "published"
         return ReportFiles(folder / "paper" / "results.csv", folder / "paper" / "finetune_history.csv", folder / "ablations",
                            data / "reproduction-published", data / "metrics" / "reproduction-published.json",
-                           folder / "testbed" / "evaluate", folder / "pollux")
+                           folder / "testbed" / "evaluate", folder / "pollux",
+                           cluster_timing=folder / "bench" / "clusters.json")
     return ReportFiles(data / "evaluate" / "results.csv", data / "learn" / "finetune_history.csv", data / "ablations",
                        data / "reproduction", data / "metrics" / "reproduction.json", data / "evaluate" / "testbed", data / "pollux")
+
+
+def optional_json(path: Path | None) -> dict | None:
+    """The JSON object in `path`, or None where there is no such file."""
+    if path is None or not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise Dl2Error(f"{path}: not JSON ({exc}): rerun the command that wrote it") from exc
 
 
 @dataclass(frozen=True)
@@ -281,7 +303,7 @@ def reproduce(files: ReportFiles) -> Reproduction:
     claims = pd.DataFrame(fig9_claims(summary, paper["fig9_avg_jct"])
                           + table2_claims(summaries, table2, per_seed)
                           + table2_claims(summaries, table2, per_seed, TABLE2_PPO, "Table 2 (PPO)")
-                          + cluster_claims(convergence))
+                          + cluster_claims(convergence, optional_json(files.cluster_timing)))
     claims["difference"] = claims.ours - claims.paper
     return Reproduction(results, summary, pd.read_csv(files.history), axes, convergence, claims,
                         sim_to_real.read(files.profile, files.testbed), read_pollux(files.pollux))
