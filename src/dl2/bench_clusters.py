@@ -30,14 +30,19 @@ WARMUP = 2
 PUBLISHED_CURVES = DATA_DIR / "published" / "ablations" / "clusters" / "curves.csv"
 
 
-def _trainer(clusters: int):
-    """A PPO learner from the project's parameters with `clusters` training clusters, never validating."""
+def finetune_stage():
+    """The project's `finetune` stage configuration (`FinetuneStage`), which the benchmark's learners follow."""
+    from dl2.stages import load_stage
+
+    return load_stage("finetune").config
+
+
+def _trainer(stage, clusters: int):
+    """A PPO learner of `stage` (`finetune_stage`) with `clusters` training clusters, never validating."""
     from dl2.learn import workflow
     from dl2.learn.agent import DL2Policy
     from dl2.learn.learners import make_trainer
-    from dl2.stages import load_stage
 
-    stage = load_stage("finetune").config
     settings = stage.learn
     measured = workflow.scenario(settings)
     train, validation = workflow.split_traces(settings, measured)
@@ -49,10 +54,10 @@ def _trainer(clusters: int):
     return make_trainer(policy, train, validation, measured, config)
 
 
-def seconds_per_update(clusters: int, executor=None, steps: int = STEPS, warmup: int = WARMUP) -> dict[str, float]:
-    """Mean wall seconds of one update with `clusters` clusters, on `executor`'s actors or in this process:
-    in all, and its two parts, the rollout (the clusters' decisions) and the learner's update on them."""
-    trainer = _trainer(clusters)
+def seconds_per_update(stage, clusters: int, executor=None, steps: int = STEPS, warmup: int = WARMUP) -> dict[str, float]:
+    """Mean wall seconds of one update of `stage`'s learner with `clusters` clusters, on `executor`'s actors or
+    in this process: in all, and its two parts, the rollout (the clusters' decisions) and the learner's update."""
+    trainer = _trainer(stage, clusters)
     try:
         if executor is not None:
             trainer.use_cluster_actors(executor)
@@ -98,20 +103,20 @@ def clusters_benchmark(out: str | Path | None = None, counts: tuple[int, ...] = 
     from dl2.distributed.executor import Executor
     from dl2.distributed.local_cluster import LocalRayCluster
     from dl2.errors import Dl2Error
-    from dl2.stages import load_stage
 
     cpus = len(os.sched_getaffinity(0))
     if not counts or min(counts) < 1 or max(counts) > cpus:
         raise Dl2Error(f"--counts: cluster counts from 1 to this machine's {cpus} CPUs, one CPU per cluster (got {list(counts)})")
     counts = tuple(sorted(set(counts) | {1}))
-    in_process = {x: seconds_per_update(x, steps=steps) for x in counts}
+    stage = finetune_stage()
+    in_process = {x: seconds_per_update(stage, x, steps=steps) for x in counts}
     on_actors = {}
     for x in counts:
         with LocalRayCluster(nodes=x, cpus=1) as cluster:
-            on_actors[x] = seconds_per_update(x, Executor("ray", cluster.address, 1.0, 0, x), steps=steps)
+            on_actors[x] = seconds_per_update(stage, x, Executor("ray", cluster.address, 1.0, 0, x), steps=steps)
     report = {
         "machine": {"python": platform.python_version(), "processor": platform.machine(), "cpus": cpus},
-        "steps": steps, "decisions_per_cluster_and_update": load_stage("finetune").config.finetune.config.rollout_length,
+        "steps": steps, "decisions_per_cluster_and_update": stage.finetune.config.rollout_length,
         "seconds_per_update": {"actors": {str(x): s for x, s in on_actors.items()},
                                "in_process": {str(x): s for x, s in in_process.items()}},
         # decisions per second over one cluster's: x if a rollout of x clusters on x CPUs took one cluster's time

@@ -197,8 +197,8 @@ def test_a_driver_killed_mid_stage_resumes_from_what_was_stored(two_nodes, local
 
 
 def test_bench_clusters_times_a_rollout_on_each_actor_and_the_learners_update(two_nodes):
-    from dl2.bench_clusters import seconds_per_update
+    from dl2.bench_clusters import finetune_stage, seconds_per_update
 
-    timing = seconds_per_update(2, on(two_nodes, cluster_actors=2), steps=2, warmup=1)
+    timing = seconds_per_update(finetune_stage(), 2, on(two_nodes, cluster_actors=2), steps=2, warmup=1)
     assert timing["rollout"] > 0 and timing["update"] > 0
     assert timing["total"] == pytest.approx(timing["rollout"] + timing["update"])
