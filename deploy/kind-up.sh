@@ -15,7 +15,7 @@ kind get clusters | grep -qx "$CLUSTER" || kind create cluster --name "$CLUSTER"
 kubectl config use-context "kind-$CLUSTER"
 docker build -f deploy/Dockerfile -t dl2:latest .
 kind load docker-image dl2:latest --name "$CLUSTER"
-kubectl apply -f src/dl2/k8s/manifests/dl2job-crd.yaml
+kubectl apply -f src/dl2/kube/manifests/dl2job-crd.yaml
 kubectl wait --for condition=established --timeout=60s crd/dl2jobs.dl2.io
 for node in $(kubectl get nodes -l dl2.io/pool=dl2 -o name); do
   kubectl patch "$node" --subresource=status --type=json -p "[

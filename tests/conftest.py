@@ -42,7 +42,7 @@ def pytest_collection_finish(session):
     wanted = {_testbed(item) for item in session.items}
     if not wanted - {0} or 0 not in wanted:
         return
-    from dl2.k8s.build import cache_root
+    from dl2.testbed.build import cache_root
 
     log = cache_root() / "background-build.log"
     log.parent.mkdir(parents=True, exist_ok=True)

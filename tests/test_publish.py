@@ -84,7 +84,7 @@ def test_publish_refuses_a_reduced_stale_or_unfinished_run_and_writes_nothing(tm
 
 def write_testbed_run(data: Path, jobs: int = 2) -> None:
     """What `evaluate` (with finetune.backend: kind) and `finetune` write for a testbed run."""
-    from dl2.k8s import replay
+    from dl2.sim_to_real import replay
 
     rows = [{"policy": p, "seed": -1 if p == "drf" else 0, "trace": 0, "repeat": r, "job_id": j, "model": "wlm",
              "epochs": 10.0, "jct_testbed": 4.0 + j + r, "jct_sim": 2.0}

@@ -110,9 +110,12 @@ def test_the_dvc_file_is_read_from_the_project(monkeypatch, tmp_path):
 
 
 def test_every_finetune_backend_has_its_environments(tmp_path):
-    from dl2.backends import training_environments
+    from dl2.backends.environments import training_environments
+    from dl2.kube.resources import PodCluster, PodRuntime
     from dl2.learn.settings import BACKENDS
 
     for backend in BACKENDS:
-        environments = training_environments(backend, kubeconfig=tmp_path / "kubeconfig")  # connects only when used
+        runtime = PodRuntime("image", "python", [], [], "/shared", tmp_path)
+        pods = PodCluster(tmp_path / "kubeconfig", "dl2", 3, (8, 8), runtime)
+        environments = training_environments(backend, kubeconfig=tmp_path / "kubeconfig", pods=pods)  # connects only when used
         assert callable(environments("sl-rl"))

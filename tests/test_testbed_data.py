@@ -14,11 +14,11 @@ import pandas as pd
 import pytest
 
 from dl2.errors import Dl2Error
-from dl2.k8s import profile, replay
-from dl2.k8s.training.models import STANDINS
 from dl2.paths import TESTBED_DIR
 from dl2.sim.scenario import Scenario
-from dl2.sim_to_real import relative_speeds
+from dl2.sim_to_real import profile, replay
+from dl2.sim_to_real.report import relative_speeds
+from dl2.testbed.training.models import STANDINS
 from dl2.workload.catalog import load_catalog
 from dl2.workload.presets import get_preset
 from dl2.workload.speed import SPEED_FILES, MeasuredSpeedModel, read_measurements

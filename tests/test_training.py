@@ -1,4 +1,4 @@
-"""The testbed's real trainer (`python -m dl2.k8s.training`): stand-in models, sharding, checkpoints, and jobs
+"""The testbed's real trainer (`python -m dl2.testbed.training`): stand-in models, sharding, checkpoints, and jobs
 of PS and worker subprocesses that train, resize, survive SIGTERM and SIGKILL, and report progress."""
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ import pytest
 import torch
 
 from dl2.errors import Dl2Error
-from dl2.k8s.training import read_progress
-from dl2.k8s.training.checkpoint import Checkpoint, claim_ownership, load_checkpoint, params_digest
-from dl2.k8s.training.job import JobConfig
-from dl2.k8s.training.main import main
-from dl2.k8s.training.models import STANDINS
-from dl2.k8s.training.ps import ParameterServer
-from dl2.k8s.training.shards import make_shards, partition
+from dl2.testbed.training import read_progress
+from dl2.testbed.training.checkpoint import Checkpoint, claim_ownership, load_checkpoint, params_digest
+from dl2.testbed.training.job import JobConfig
+from dl2.testbed.training.main import main
+from dl2.testbed.training.models import STANDINS
+from dl2.testbed.training.ps import ParameterServer
+from dl2.testbed.training.shards import make_shards, partition
 from dl2.workload.catalog import load_catalog
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,7 +44,7 @@ class Job:
             for i in range(count):
                 log = self.logs / f"g{generation}-{role}{i}.log"
                 with open(log, "w") as out:
-                    proc = subprocess.Popen([sys.executable, "-m", "dl2.k8s.training", "--role", role, "--index", str(i), *common],
+                    proc = subprocess.Popen([sys.executable, "-m", "dl2.testbed.training", "--role", role, "--index", str(i), *common],
                                             cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
                 self.procs.append((f"{role} {i}", proc, log))
 

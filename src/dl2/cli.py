@@ -239,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--counts", type=int, nargs="+", default=[1, 2], help="--clusters: the cluster counts (default 1 2)")
     bench.set_defaults(func=cmd_bench)
 
-    from dl2.k8s.cli import add_parsers as add_kubernetes_parsers
+    from dl2.testbed_cli import add_parsers as add_kubernetes_parsers
 
     add_kubernetes_parsers(sub)
     return parser

@@ -73,10 +73,10 @@ TESTBED_FILES = {  # published name: the pipeline output it copies (under the da
 
 def testbed_metrics(jobs: pd.DataFrame, results: pd.DataFrame) -> dict:
     """The published testbed run's DVC metrics: per policy, the average JCT on kind and in the simulator on the
-    profiled table, their ratio, the runs and the spread over repeats (`dl2.k8s.replay.summary`), and the
+    profiled table, their ratio, the runs and the spread over repeats (`dl2.sim_to_real.replay.summary`), and the
     simulator evaluation's per-policy metrics."""
-    from dl2.k8s import replay
     from dl2.learn.evaluate import summary_metrics, summary_table
+    from dl2.sim_to_real import replay
 
     testbed = {r.policy: {"kind_avg_jct": round(float(r.testbed), 6), "sim_avg_jct": round(float(r.sim), 6),
                           "ratio": round(float(r.ratio), 6), "runs": int(r.runs), "repeat_sd": round(float(r.repeat_sd), 6)}

@@ -22,12 +22,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from dl2 import plots, sim_to_real
+from dl2 import plots
 from dl2.errors import Dl2Error
 from dl2.learn.ablations import tables
 from dl2.learn.evaluate import reference_jcts, summary_table
 from dl2.paths import REFERENCE_DIR, TESTBED_DIR, write_csv_atomic, write_json_atomic, write_text_atomic
 from dl2.pollux import grid
+from dl2.sim_to_real import report as sim_to_real
 
 TOLERANCE = 0.05
 

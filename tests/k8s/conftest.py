@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dl2.k8s import testbed as local_testbed
+from dl2.testbed import local as local_testbed
 
 
 def pytest_collection_modifyitems(items):

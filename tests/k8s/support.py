@@ -10,9 +10,9 @@ import numpy as np
 import yaml
 
 from dl2.backends.sim import simulate
-from dl2.k8s.client import Kube
-from dl2.k8s.jobs import submit_trace
-from dl2.k8s.resources import create_nodes, ensure_namespace
+from dl2.kube.client import Kube
+from dl2.kube.jobs import submit_trace
+from dl2.kube.resources import create_nodes, ensure_namespace
 from dl2.sim.scenario import Scenario, SimOptions
 from dl2.workload.presets import Preset
 from dl2.workload.traces import generate_trace

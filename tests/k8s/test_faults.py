@@ -13,13 +13,13 @@ import httpx2
 import pytest
 from lightkube.resources.core_v1 import ConfigMap, Node, Pod, PodStatus
 
+from dl2.backends.emulator import ProgressEmulator
+from dl2.backends.kube import KubeCluster
+from dl2.backends.loop import run, run_slot
 from dl2.errors import Dl2Error
-from dl2.k8s.backend import KubeCluster
-from dl2.k8s.client import ApiError, Kube, load_config
-from dl2.k8s.emulator import ProgressEmulator
-from dl2.k8s.jobs import submit_trace, trace_manifests
-from dl2.k8s.loop import run, run_slot
-from dl2.k8s.resources import CLOCK, JOB_LABEL, DL2Job, ensure_namespace
+from dl2.kube.client import ApiError, Kube, load_config
+from dl2.kube.jobs import submit_trace, trace_manifests
+from dl2.kube.resources import CLOCK, JOB_LABEL, DL2Job, ensure_namespace
 from dl2.schedulers import get_scheduler
 
 from .support import PRESET, assert_simulator_jcts, params_file, scenario, space, submitted, trace

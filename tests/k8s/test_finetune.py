@@ -15,10 +15,9 @@ from conftest import PPO, rl_config
 from mlflow.tracking import MlflowClient
 
 from dl2 import tracking
-from dl2.backends import training_environments
+from dl2.backends.environments import KubeEnvFactory, KubeEnvironments, KubeTraces, training_environments
 from dl2.errors import Dl2Error
-from dl2.k8s.client import load_config
-from dl2.k8s.env import KubeEnvFactory, KubeEnvironments, KubeTraces
+from dl2.kube.client import load_config
 from dl2.learn.agent import DL2Policy
 from dl2.learn.env import BackendEnv, DecisionEnv
 from dl2.learn.learners import make_trainer

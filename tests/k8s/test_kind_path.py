@@ -10,9 +10,9 @@ import sys
 
 import yaml
 
-from dl2.k8s.backend import KubeCluster
-from dl2.k8s.jobs import trace_manifests
-from dl2.k8s.resources import RESTRICTED_CONTAINER, DL2Job, crd_manifest, scheduler_rbac
+from dl2.backends.kube import KubeCluster
+from dl2.kube.jobs import trace_manifests
+from dl2.kube.resources import RESTRICTED_CONTAINER, DL2Job, crd_manifest, scheduler_rbac
 from dl2.paths import PACKAGE_DIR
 
 from .support import PRESET, assert_simulator_jcts, params_file, scenario, space, submitted, trace

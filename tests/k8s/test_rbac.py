@@ -13,11 +13,11 @@ from lightkube.config.models import User
 from lightkube.resources.coordination_v1 import Lease as LeaseObject
 from lightkube.resources.core_v1 import ConfigMap, Node, Pod, Secret
 
-from dl2.k8s.backend import KubeCluster
-from dl2.k8s.client import ApiError, Kube, load_config
-from dl2.k8s.lease import Lease
-from dl2.k8s.loop import run
-from dl2.k8s.resources import JOB_LABEL, LEASE, RESTRICTED_CONTAINER, DL2Job, scheduler_rbac
+from dl2.backends.kube import KubeCluster
+from dl2.backends.loop import run
+from dl2.kube.client import ApiError, Kube, load_config
+from dl2.kube.lease import Lease
+from dl2.kube.resources import JOB_LABEL, LEASE, RESTRICTED_CONTAINER, DL2Job, scheduler_rbac
 from dl2.schedulers import get_scheduler
 
 from .support import assert_simulator_jcts, params_file, space, submitted

@@ -10,15 +10,15 @@ import pytest
 import torch
 from lightkube.resources.core_v1 import Pod
 
+from dl2.backends.kube import KubeCluster
+from dl2.backends.loop import run
 from dl2.backends.sim import simulate
-from dl2.k8s.backend import KubeCluster
-from dl2.k8s.build import ensure_binaries
-from dl2.k8s.jobs import submit_trace, trace_manifests
-from dl2.k8s.loop import run
-from dl2.k8s.resources import JOB_LABEL, SCHEDULER_NAME, DL2Job
+from dl2.kube.jobs import submit_trace, trace_manifests
+from dl2.kube.resources import JOB_LABEL, SCHEDULER_NAME, DL2Job
 from dl2.learn.agent import DL2Policy, DL2Scheduler
 from dl2.learn.nets import net_config
 from dl2.schedulers import get_scheduler
+from dl2.testbed.build import ensure_binaries
 
 from .support import PRESET, scenario, space, trace
 

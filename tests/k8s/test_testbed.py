@@ -16,9 +16,9 @@ from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import Namespace, Node
 
 from dl2.errors import Dl2Error
-from dl2.k8s import build
-from dl2.k8s.client import ApiError, Kube, load_config
-from dl2.k8s.resources import POOL_LABEL, crd_manifest, create_nodes, install_crd, slots
+from dl2.kube.client import ApiError, Kube, load_config
+from dl2.kube.resources import POOL_LABEL, crd_manifest, create_nodes, install_crd, slots
+from dl2.testbed import build
 
 from .support import PRESET, params_file
 

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from lightkube.resources.core_v1 import Namespace
 
-from dl2.k8s import build, kind
-from dl2.k8s.client import Kube
-from dl2.k8s.kind.cluster import STATE_FILE
-from dl2.k8s.resources import ensure_namespace
+from dl2.kube.client import Kube
+from dl2.kube.resources import ensure_namespace
+from dl2.testbed import build, kind
+from dl2.testbed.kind.cluster import STATE_FILE
 
 _names = itertools.count()
 

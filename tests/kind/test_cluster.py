@@ -11,11 +11,11 @@ from pathlib import Path
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import Node, Pod
 
-from dl2.k8s import kind
-from dl2.k8s.kind import daemon, firewall
-from dl2.k8s.kind.cluster import STATE_FILE, _tag, in_pod_network
-from dl2.k8s.resources import NODE_INDEX_LABEL, POOL_LABEL, is_ready, slots
+from dl2.kube.resources import NODE_INDEX_LABEL, POOL_LABEL, is_ready, slots
 from dl2.paths import repo_root
+from dl2.testbed import kind
+from dl2.testbed.kind import daemon, firewall
+from dl2.testbed.kind.cluster import STATE_FILE, _tag, in_pod_network
 
 from .conftest import pod_log, wait_for
 

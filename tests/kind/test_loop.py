@@ -22,7 +22,7 @@ from lightkube.resources.core_v1 import Pod
 from mlflow.tracking import MlflowClient
 
 from dl2 import tracking
-from dl2.k8s.resources import JOB_LABEL
+from dl2.kube.resources import JOB_LABEL
 from dl2.learn.agent import DL2Policy
 from dl2.learn.trainer import Trainer
 from dl2.paths import TESTBED_DIR, repo_root

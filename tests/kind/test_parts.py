@@ -6,7 +6,7 @@ import hashlib
 import json
 import tarfile
 
-from dl2.k8s.kind import cluster, daemon, images
+from dl2.testbed.kind import cluster, daemon, images
 
 
 def test_the_runc_wrapper_drops_cap_sys_resource_then_runs_runc(tmp_path):

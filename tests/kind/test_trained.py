@@ -1,4 +1,4 @@
-"""Real training on the kind testbed: DL2Jobs whose PS and worker pods train (`dl2.k8s.training`), scheduled
+"""Real training on the kind testbed: DL2Jobs whose PS and worker pods train (`dl2.testbed.training`), scheduled
 slot by slot; progress is the steps the pods checkpointed. The trace's JCTs are set beside the simulator's
 on the testbed's profiled speed table (`testbed` preset).
 
@@ -22,19 +22,19 @@ from lightkube.resources.core_v1 import Pod
 from mlflow.tracking import MlflowClient
 
 from dl2.backends import load_scheduler
+from dl2.backends.kube import KubeCluster
+from dl2.backends.loop import run
 from dl2.backends.sim import simulate
-from dl2.k8s import kind
-from dl2.k8s.backend import KubeCluster
-from dl2.k8s.jobs import job_name, submit_trace
-from dl2.k8s.loop import run
-from dl2.k8s.profile import training_processes
-from dl2.k8s.resources import JOB_LABEL, DL2Job
-from dl2.k8s.training.models import STANDINS
-from dl2.k8s.workloads import Trained
+from dl2.backends.workloads import Trained
+from dl2.kube.jobs import job_name, submit_trace
+from dl2.kube.resources import JOB_LABEL, DL2Job
 from dl2.learn.nets import net_config
 from dl2.learn.pretrain import PretrainConfig, pretrain
 from dl2.paths import PACKAGE_DIR
 from dl2.sim.scenario import Scenario, SimOptions
+from dl2.sim_to_real.profile import training_processes
+from dl2.testbed import kind
+from dl2.testbed.training.models import STANDINS
 from dl2.workload.presets import load_presets
 from dl2.workload.traces import generate_trace, read_trace
 

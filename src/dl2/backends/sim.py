@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from dl2.backends import load_scheduler
+from dl2.backends import load_scheduler, loop
+from dl2.backends.observe import check_allocation, observation
 from dl2.errors import Dl2Error
 from dl2.schedulers.base import Allocation, Observation, Scheduler
 from dl2.schedulers.builtin import BuiltinScheduler, simulate_builtin
@@ -28,8 +29,7 @@ def simulate(trace: Trace, policy: str | Scheduler, scenario: Scenario) -> SimRe
     if isinstance(scheduler, BuiltinScheduler):
         return simulate_builtin(trace, scheduler.name, scenario)
     backend = SimulatedCluster(trace, scenario)
-    while not backend.done:
-        backend.apply(scheduler.schedule(backend.observe()))
+    loop.run(backend, scheduler)
     return sim_result(scheduler.name, trace, backend.jobs.end, backend.order, np.array(backend.stats), scenario)
 
 
@@ -50,6 +50,7 @@ class SimulatedCluster:
         self._prev_workers = np.zeros(n, dtype=np.int64)
         self._prev_ps = np.zeros(n, dtype=np.int64)
         self.stats: list[np.ndarray] = []
+        self._placed = 0  # tasks the last slot ran
 
     @property
     def done(self) -> bool:
@@ -63,24 +64,19 @@ class SimulatedCluster:
         if self.scenario.options.assign_bundle:
             engine.assign_bundles(self.jobs, self.cluster)
         self._active = np.flatnonzero(self.jobs.active)
-        view = _compact(self.jobs, self._active)
-        p = self.scenario.preset
-        return Observation(
-            slot=self.slot,
-            job_ids=self.job_id[self._active],
-            models=view.model,
-            arrival=view.arrival,
-            progress=view.progress.copy(),
-            num_epochs=view.known_epochs,
-            worker_demand=view.worker_demand,
-            ps_demand=view.ps_demand,
-            num_nodes=p.num_nodes,
-            node_capacity=self.cluster.capacity.copy(),
-            max_tasks=p.max_tasks,
-            epochs_table=self.table,
-            _jobs=view,
-            _cluster=_remap_tasks(self.cluster, self._active),
-        )
+        self._obs = observation(self.slot, self.job_id[self._active], _compact(self.jobs, self._active),
+                                _remap_tasks(self.cluster, self._active), self.scenario.preset.max_tasks, self.table)
+        return self._obs
+
+    def resume(self) -> None:
+        """Nothing survives a restart of the simulator, so it never holds a committed allocation (`Backend.resume`)."""
+        return None
+
+    def census(self) -> dict[str, int]:
+        """Jobs by phase (waiting: not arrived; running; done) and the tasks placed in the last slot."""
+        n = len(self.order)
+        return {"waiting": n - self._next_job, "running": self._next_job - self.completed, "done": self.completed,
+                "tasks": self._placed}
 
     def jct(self) -> dict[int, float]:
         """JCT in slots of every completed job, by job id."""
@@ -89,10 +85,11 @@ class SimulatedCluster:
 
     def apply(self, alloc: Allocation) -> float:
         """Check the allocation, train for one slot, and move to the next; returns the slot's reward."""
-        self._check(alloc)
+        check_allocation(self._obs, alloc)
         self.jobs.workers[self._active] = alloc.workers
         self.jobs.ps[self._active] = alloc.ps
         self.cluster.used[:] = alloc.cluster.used
+        self._placed = int(alloc.workers.sum() + alloc.ps.sum())
         row = np.zeros(engine.NUM_STATS)
         engine.slot_stats(self.jobs, self.cluster, self._prev_workers, self._prev_ps, row)
         completed, reward = engine.advance(self.jobs, self.scenario.true_table, self.slot, self.scenario.options.fine_grained_jct)
@@ -101,22 +98,6 @@ class SimulatedCluster:
         self.completed += completed
         self.slot += 1
         return reward
-
-    def _check(self, alloc: Allocation) -> None:
-        n, p = len(self._active), self.scenario.preset
-        if alloc.workers.shape != (n,) or alloc.ps.shape != (n,):
-            raise Dl2Error(f"slot {self.slot}: allocation is for {alloc.workers.shape[0]} jobs, the slot has {n}")
-        if (alloc.workers > p.max_tasks).any() or (alloc.ps > p.max_tasks).any() or (alloc.workers < 0).any() or (alloc.ps < 0).any():
-            raise Dl2Error(f"slot {self.slot}: a job gets more than max_tasks={p.max_tasks} workers or PS")
-        job, role, node = alloc.tasks()
-        if np.bincount(job[role == 0], minlength=n).tolist() != alloc.workers.tolist() or \
-                np.bincount(job[role == 1], minlength=n).tolist() != alloc.ps.tolist():
-            raise Dl2Error(f"slot {self.slot}: placed tasks do not match the workers and PS counts")
-        demand = np.where(role[:, None] == 0, alloc.jobs.worker_demand[job], alloc.jobs.ps_demand[job])
-        used = np.zeros((p.num_nodes, 2), dtype=np.int64)
-        np.add.at(used, node, demand)
-        if (used > self.cluster.capacity).any():
-            raise Dl2Error(f"slot {self.slot}: node {int(np.argwhere(used > self.cluster.capacity)[0, 0])} is over capacity")
 
 
 def _compact(jobs: Jobs, idx: np.ndarray) -> Jobs:

@@ -282,8 +282,7 @@ class BackendEnv(Episodes):
             if self.backend.slot >= self.scenario.options.max_slots:
                 return TRUNCATED
             self.obs = self.backend.observe()
-            if getattr(self.backend, "committed", None) is not None:  # committed before a restart: carried out as is
-                self.backend.resume()
+            if self.backend.resume() is not None:  # an allocation committed before a restart: carried out as is
                 continue
             self.alloc = self.obs.allocation()
             if self._refresh() > 0:

@@ -123,9 +123,12 @@ class Scheduler(Protocol):
 
 class Backend(Protocol):
     """Where allocations are carried out, a slot at a time: the simulator (`dl2.backends.sim`) or a
-    Kubernetes namespace (`dl2.k8s.backend`). Each slot: `observe()`, a scheduler fills the observation's
-    allocation, `apply(alloc)` runs the slot and returns its reward (epochs trained over the epochs each job
-    was told it needs, summed over jobs)."""
+    Kubernetes namespace (`dl2.backends.kube`); `dl2.backends.loop` runs either. Each slot: `observe()`, then
+    `resume()` (the slot's reward if the backend carried out an allocation it had committed for the slot
+    before a restart; else None, and a scheduler fills the observation's allocation and `apply(alloc)` runs
+    the slot and returns its reward: epochs trained over the epochs each job was told it needs, summed over
+    jobs). Both backends refuse an allocation that does not fit the observation with the same error
+    (`dl2.backends.observe.check_allocation`)."""
 
     @property
     def slot(self) -> int: ...
@@ -135,7 +138,12 @@ class Backend(Protocol):
 
     def observe(self) -> Observation: ...
 
+    def resume(self) -> float | None: ...
+
     def apply(self, alloc: Allocation) -> float: ...
+
+    def census(self) -> dict[str, int]:
+        """Jobs by phase (`waiting`, `running`, `done`) and the `tasks` placed."""
 
     def jct(self) -> dict[int, float]:
         """JCT in slots of every completed job, by job id."""

@@ -1,0 +1,174 @@
+"""What a DL2Job's pods run, and where its progress comes from (DESIGN §6).
+
+- `Emulated`, for nodes that run no containers (the local testbed's KWOK nodes): one pod per task holds
+  its place (`dl2 k8s-scheduler task`), and the progress emulator gives each job the speed table's epochs
+  for the pods it has, exactly as the simulator would.
+- `Trained`, for nodes that run containers (the kind testbed, or any cluster with a folder all nodes
+  share): a job's PS and worker pods really train (`python -m dl2.testbed.training`, data-parallel PyTorch),
+  and its progress is the epochs its pods trained and checkpointed. A job's pods are one configuration
+  (P PS, W workers, started at one slot: its generation); when the allocation changes, the old pods are
+  stopped (they checkpoint on SIGTERM) and a new configuration resumes from the checkpoint.
+
+A workload holds no connection: the backend passes its client, so a backend pickles with its workload.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from dl2.backends.emulator import ProgressEmulator, write_once
+from dl2.kube.client import Kube
+from dl2.kube.jobs import JobSpec
+from dl2.kube.resources import GENERATION_LABEL, ROLE_LABEL, TASK_IMAGE, PodRuntime, jct_status, pod_manifest
+from dl2.testbed.training.progress import read_progress
+
+TRAINING_FIELDS = {  # status.training <- progress.json
+    "steps": "steps", "epochs": "epochs", "loss": "loss", "firstLoss": "first_loss", "stepsPerSecond": "steps_per_second",
+    "generation": "generation", "numPS": "num_ps", "numWorkers": "num_workers", "startStep": "start_step",
+    "trainSeconds": "train_seconds"}
+Tasks = list[tuple[str, str]]  # a job's tasks this slot: (role, node)
+Desired = dict[str, tuple[dict, str]]  # the pods a job should have: name -> (manifest, node)
+
+
+class Workload(Protocol):
+    grace_seconds: int  # how long a deleted pod may take to stop
+
+    def pods(self, job: dict, spec: JobSpec, tasks: Tasks, slot: int, existing: list[dict]) -> Desired:
+        """The pods `job` should have this slot for `tasks`; an existing pod named here is kept as it is."""
+
+    def advance(self, kube: Kube, slot: int, jobs: list[dict], specs: list[JobSpec], nodes: set[str],
+                slot_start: float) -> tuple[float, list[str]]:
+        """Count the slot's training into the jobs' status; (the slot's reward, names of the jobs completed).
+        `slot_start`: the wall-clock time (`time.time()`) the slot began, its pods' changes included."""
+
+
+def placeholder_pod_name(job: str, role: str, node: str, k: int) -> str:
+    """An emulated task's pod is named by job, role, node and ordinal, so its name says where it belongs."""
+    return f"{job}-{role}-{hashlib.sha1(node.encode()).hexdigest()[:6]}-{k}"
+
+
+@dataclass
+class Emulated:
+    """Pods that hold their place; progress from the speed table (`dl2.backends.emulator`)."""
+
+    namespace: str
+    table: np.ndarray
+    fine_grained: bool
+    grace_seconds: int = 0
+
+    def pods(self, job: dict, spec: JobSpec, tasks: Tasks, slot: int, existing: list[dict]) -> Desired:
+        name, desired = job["metadata"]["name"], {}
+        seen: dict[tuple[str, str], int] = defaultdict(int)
+        for role, node in sorted(tasks):
+            pod = placeholder_pod_name(name, role, node, seen[role, node])
+            seen[role, node] += 1
+            container = {"image": TASK_IMAGE, "args": ["k8s-scheduler", "task", "--job", name, "--role", role]}
+            desired[pod] = (pod_manifest(job, pod, role, _demand(spec, role), container), node)
+        return desired
+
+    def advance(self, kube: Kube, slot: int, jobs: list[dict], specs: list[JobSpec], nodes: set[str],
+                slot_start: float) -> tuple[float, list[str]]:
+        emulator = ProgressEmulator(kube, self.namespace, self.table, self.fine_grained)
+        return emulator.advance(slot, jobs, [s.model for s in specs], nodes)
+
+
+@dataclass
+class Trained:
+    """Real PS and worker pods; progress from the jobs' checkpoints in the shared folder."""
+
+    namespace: str
+    catalog_names: tuple[str, ...]
+    runtime: PodRuntime
+    slot_seconds: float  # the wall-clock time the pods train per slot
+    fine_grained: bool
+    checkpoint_seconds: float = 2.0
+    grace_seconds: int = 60  # a stopped configuration checkpoints before it exits
+
+    def state_folder(self, job: dict, in_pod: bool = False) -> Path:
+        """Where the job's checkpoint and progress live, as the scheduler (or, `in_pod`, its pods) sees it:
+        one folder per DL2Job object (name and uid), so a job submitted again under the same name starts over."""
+        base = Path(self.runtime.shared_in_pod) if in_pod else self.runtime.shared_here
+        meta = job["metadata"]
+        return base / self.namespace / f"{meta['name']}-{meta['uid'][:8]}"
+
+    def pods(self, job: dict, spec: JobSpec, tasks: Tasks, slot: int, existing: list[dict]) -> Desired:
+        """Keep the job's running configuration if it is healthy and placed as `tasks`; else a new one,
+        generation `slot`. A job needs a PS and a worker to train; with fewer it has no pods."""
+        workers = sorted(node for role, node in tasks if role == "worker")
+        ps = sorted(node for role, node in tasks if role == "ps")
+        if not workers or not ps:
+            return {}
+        record = read_progress(self.state_folder(job))
+        if record is not None and record["done"]:  # it finished since the last reading: no new pods to start
+            return {}
+        live = [p for p in existing if not p["metadata"].get("deletionTimestamp")]
+        placed = sorted((p["metadata"]["labels"][ROLE_LABEL], p["spec"].get("nodeName")) for p in live)
+        healthy = all(p.get("status", {}).get("phase", "Pending") in ("Pending", "Running") for p in live)
+        generations = {p["metadata"]["labels"].get(GENERATION_LABEL) for p in live}
+        if live and healthy and len(generations) == 1 and placed == sorted(tasks):
+            return {p["metadata"]["name"]: (p, p["spec"]["nodeName"]) for p in live}
+        name, desired = job["metadata"]["name"], {}
+        for role, nodes in (("ps", ps), ("worker", workers)):
+            for index, node in enumerate(nodes):
+                pod = f"{name}-g{slot}-{role}-{index}"
+                desired[pod] = (self._manifest(job, spec, pod, role, index, len(ps), len(workers), slot, node), node)
+        return desired
+
+    def _manifest(self, job: dict, spec: JobSpec, pod: str, role: str, index: int, num_ps: int, num_workers: int,
+                  generation: int, node: str) -> dict:
+        name, rt = job["metadata"]["name"], self.runtime
+        args = ["-m", "dl2.testbed.training", "--job", name, "--model", self.catalog_names[spec.model], "--role", role,
+                "--index", str(index), "--num-ps", str(num_ps), "--num-workers", str(num_workers),
+                "--state", str(self.state_folder(job, in_pod=True)), "--epochs", repr(spec.epochs),
+                "--mode", spec.mode, "--generation", str(generation), "--seed", str(job["status"]["jobId"]),
+                "--checkpoint-seconds", repr(self.checkpoint_seconds), "--stop-timeout", str(max(1, self.grace_seconds - 5))]
+        env = [{"name": "OMP_NUM_THREADS", "value": "1"}, {"name": "MKL_NUM_THREADS", "value": "1"},
+               {"name": "HOME", "value": "/tmp"}, {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
+               {"name": "PYTHONUNBUFFERED", "value": "1"}]
+        container = {"image": rt.image, "command": [rt.python], "args": args, "env": env,
+                     "volumeMounts": [*rt.volume_mounts, {"name": "tmp", "mountPath": "/tmp"}]}
+        volumes = [*rt.volumes, {"name": "tmp", "emptyDir": {}}]
+        return pod_manifest(job, pod, role, _demand(spec, role), container, labels={GENERATION_LABEL: str(generation)},
+                            volumes=volumes, grace_seconds=self.grace_seconds)
+
+    def advance(self, kube: Kube, slot: int, jobs: list[dict], specs: list[JobSpec], nodes: set[str],
+                slot_start: float) -> tuple[float, list[str]]:
+        """Let the pods train until `slot_seconds` after `slot_start` (longer if the slot's pod changes took
+        longer), then count what each job checkpointed. Each job's status records when it was read
+        (`progressTime`) and the seconds since its last reading (`progressSeconds`): what its epochs were
+        trained in."""
+        time.sleep(max(0.0, slot_start + self.slot_seconds - time.time()))
+        reading = time.time()
+        reward, done = 0.0, []
+        for job, spec in zip(jobs, specs):
+            status = job["status"]
+            if status.get("progressSlot", -1) >= slot:
+                continue
+            record = read_progress(self.state_folder(job))
+            before = float(status.get("progress", 0.0))
+            epochs = before if record is None else max(before, min(float(record["epochs"]), spec.epochs))
+            reward += (epochs - before) / spec.epochs
+            since = float(status.get("progressTime", slot_start))
+            update = {"progress": epochs, "progressSlot": slot, "progressPercent": f"{100 * epochs / spec.epochs:.1f}%",
+                      "progressTime": reading, "progressSeconds": reading - since}
+            if record is not None:
+                update["training"] = {k: record[v] for k, v in TRAINING_FIELDS.items() if record.get(v) is not None}
+            if record is not None and record["done"]:
+                elapsed = reading - slot_start
+                fraction = min(1.0, max(0.0, (float(record["time"]) - slot_start) / elapsed)) if elapsed > 0 else 1.0
+                end = slot - 1 + fraction if self.fine_grained else float(slot)
+                update.update(phase="Succeeded", endSlot=end, **jct_status(end - float(status["admittedSlot"]) + 1.0))
+                done.append(job["metadata"]["name"])
+            write_once(kube, self.namespace, job, slot, update)
+        return reward, done
+
+
+def _demand(spec: JobSpec, role: str) -> tuple[int, int]:
+    return spec.worker_demand if role == "worker" else spec.ps_demand

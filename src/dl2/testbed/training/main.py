@@ -1,0 +1,141 @@
+"""The entry point: parse the flags, run the role in a thread, turn SIGTERM into a checkpoint and a clean exit.
+
+The role runs in a thread so that the main thread stays free to take signals while the role waits inside
+gloo or the rendezvous (Python runs signal handlers only in the main thread, between bytecodes). On SIGTERM
+(or SIGINT) the role checkpoints with the rest of the job and returns; a process still in its rendezvous
+has nothing to save and exits at once; one whose peers do not finish the checkpoint within
+`--stop-timeout` seconds exits anyway (its job resumes from the last checkpoint).
+
+Exit codes: 0 done, stopped or already done; 1 a peer was lost or a wait timed out; 2 bad flags, a checkpoint
+that is not this job's, or a stale or reused generation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+from dl2.errors import Dl2Error
+from dl2.testbed.training import comm
+from dl2.testbed.training.checkpoint import check_not_stale, claim_ownership
+from dl2.testbed.training.job import JobConfig
+from dl2.testbed.training.models import STANDINS, get_standin
+from dl2.testbed.training.ps import Coordinator, ParameterServer
+from dl2.testbed.training.stopping import stop_on_signals
+from dl2.testbed.training.worker import Worker
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The flags of `python -m dl2.testbed.training`."""
+    p = argparse.ArgumentParser(prog="python -m dl2.testbed.training",
+                                description="One PS or worker process of a DL2 job's data-parallel training (see the package docstring).")
+    p.add_argument("--job", required=True, help="the job's name (recorded in its checkpoint)")
+    p.add_argument("--model", required=True, help=f"the job type: {', '.join(STANDINS)}")
+    p.add_argument("--role", required=True, choices=["ps", "worker"])
+    p.add_argument("--index", required=True, type=int, help="this process's index among its role's processes, from 0")
+    p.add_argument("--num-ps", required=True, type=int, help="P, the configuration's parameter servers")
+    p.add_argument("--num-workers", required=True, type=int, help="W, the configuration's workers")
+    p.add_argument("--state", required=True, type=Path, help="the job's state folder, shared by all its processes")
+    p.add_argument("--epochs", required=True, type=float, help="epochs to train in all (the job is done there)")
+    p.add_argument("--mode", default="sync", choices=["sync", "async"])
+    p.add_argument("--generation", required=True, type=int, help="the configuration's number, larger for every new one (the slot)")
+    p.add_argument("--seed", type=int, default=0, help="initial parameters and the synthetic task (default 0)")
+    p.add_argument("--checkpoint-every", type=int, default=0, metavar="K", help="checkpoint every K steps (default 0: off)")
+    p.add_argument("--checkpoint-seconds", type=float, default=5.0, metavar="T", help="checkpoint every T seconds (default 5; 0: off)")
+    p.add_argument("--timeout", type=float, default=300.0,
+                   help="seconds to wait for the rendezvous, for the previous configuration to let go, or for any message (default 300)")
+    p.add_argument("--stop-timeout", type=float, default=20.0,
+                   help="after SIGTERM, seconds to wait for the job's checkpoint before exiting anyway (default 20)")
+    return p
+
+
+def parse(argv: list[str] | None = None) -> tuple[JobConfig, float]:
+    """The process's configuration and its stop timeout; bad values are a Dl2Error that says what to fix."""
+    a = build_parser().parse_args(argv)
+    get_standin(a.model)
+    if a.num_ps < 1 or a.num_workers < 1:
+        raise Dl2Error(f"--num-ps and --num-workers must be at least 1 (got {a.num_ps} and {a.num_workers})")
+    count = a.num_ps if a.role == "ps" else a.num_workers
+    if not 0 <= a.index < count:
+        raise Dl2Error(f"--index {a.index} is out of range for {count} {a.role} process(es): use 0..{count - 1}")
+    if not a.epochs > 0:
+        raise Dl2Error(f"--epochs must be positive (got {a.epochs})")
+    if a.generation < 0:
+        raise Dl2Error(f"--generation must be a non-negative integer (got {a.generation})")
+    if a.checkpoint_every < 0 or a.checkpoint_seconds < 0 or a.timeout <= 0 or a.stop_timeout <= 0:
+        raise Dl2Error("--checkpoint-every and --checkpoint-seconds must be >= 0, --timeout and --stop-timeout > 0")
+    if not a.job:
+        raise Dl2Error("--job must not be empty")
+    try:
+        a.state.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise Dl2Error(f"--state {a.state}: cannot create the state folder ({exc})") from None
+    job = JobConfig(a.job, a.model, a.role, a.index, a.num_ps, a.num_workers, a.state, a.epochs, a.mode, a.generation, a.seed,
+                    a.checkpoint_every, a.checkpoint_seconds, a.timeout)
+    return job, a.stop_timeout
+
+
+def train(job: JobConfig, stop: threading.Event, joined: threading.Event) -> int:
+    """Run this process's role to its end; the exit code. `joined` is set once the rendezvous is complete."""
+    torch.set_num_threads(1)
+    try:
+        check_not_stale(job.state, job.generation)
+        coordinator = job.role == "ps" and job.index == 0
+        if coordinator:
+            if not claim_ownership(job.state, job.generation, stop, job.timeout, job.log):
+                job.log("stopped while waiting for the previous configuration")
+                return 0
+            comm.remove_stores(job.state, below=job.generation)
+        comm.rendezvous(job.state, job.generation, job.num_ps, job.num_workers, job.rank, job.timeout)
+        joined.set()
+        role = Coordinator if coordinator else ParameterServer if job.role == "ps" else Worker
+        role(job, stop).run()
+        if coordinator:  # everyone has its decision: the world's rendezvous file is of no more use
+            comm.store_path(job.state, job.generation, job.num_ps, job.num_workers).unlink(missing_ok=True)
+        return 0
+    except Dl2Error as exc:
+        job.log(f"error: {exc}")
+        return 2
+    except (comm.PeerLost, TimeoutError) as exc:
+        job.log(f"failed: {exc}; the job resumes from its last checkpoint when restarted with a new --generation")
+        return 1
+    except Exception:  # a bug: say where
+        job.log("failed: unexpected error")
+        traceback.print_exc()
+        return 1
+
+
+def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> int:
+    """`python -m dl2.testbed.training`: one process of a job; returns the exit code. `stop`: set on SIGTERM
+    (`stop_on_signals`, made here when not given)."""
+    stop = stop or stop_on_signals()
+    try:
+        job, stop_timeout = parse(argv)
+    except Dl2Error as exc:
+        print(f"error: {exc}", flush=True)
+        return 2
+    if stop.is_set():  # a signal while this process imported torch
+        job.log("stopped before the rendezvous completed")
+        return 0
+    joined = threading.Event()
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(train(job, stop, joined)), daemon=True)
+    thread.start()
+    deadline = None
+    while thread.is_alive():
+        thread.join(0.2)
+        if stop.is_set() and thread.is_alive():
+            if not joined.is_set():
+                job.log("stopped before the rendezvous completed")
+                return 0
+            deadline = deadline or time.monotonic() + stop_timeout
+            if time.monotonic() > deadline:
+                job.log(f"stopped: the job's checkpoint did not complete within {stop_timeout:g} s; "
+                        "it resumes from its last checkpoint")
+                return 0
+    return result[0]
