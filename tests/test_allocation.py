@@ -3,14 +3,21 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
+from forging import FORGERIES, Forging
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dl2.backends.sim import simulate
 from dl2.errors import Dl2Error
 from dl2.schedulers.base import Allocation
+from dl2.sim.scenario import Scenario
 from dl2.sim.state import make_cluster, make_jobs
+from dl2.workload.presets import Preset
+from dl2.workload.traces import generate_trace
 
 CAPACITY = (8, 8)
 ROLE_TASKS = {"worker": ("worker",), "ps": ("ps",), "bundle": ("worker", "ps")}
@@ -87,8 +94,6 @@ def test_a_built_in_policy_leaves_the_queue_right_for_whoever_places_next():
     """Tetris places node by node without the queue; an allocation it filled still adds to the least-loaded node."""
     from dl2.backends.sim import SimulatedCluster
     from dl2.schedulers import get_scheduler
-    from dl2.sim.scenario import Scenario
-    from dl2.workload.presets import Preset
     from dl2.workload.traces import Trace
 
     preset = Preset("tiny", num_nodes=3, num_jobs=2, max_arrivals=2, max_epochs=100, max_tasks=1,
@@ -116,3 +121,14 @@ def test_a_bad_argument_is_a_dl2_error_and_places_nothing(call, message):
     with pytest.raises(Dl2Error, match=message):
         call(alloc)
     assert alloc.cluster.used.sum() == 0 and alloc.tasks()[0].size == 0
+
+
+@pytest.mark.parametrize("forgery", FORGERIES)
+def test_the_simulator_refuses_an_allocation_that_does_not_fit(forgery):
+    forge, message = FORGERIES[forgery]
+    preset = Preset("tiny", num_nodes=2, num_jobs=4, max_arrivals=4, max_epochs=1000, max_tasks=2,
+                    speed_table="public_release", bucket_to_model=False)
+    scenario = Scenario(preset)
+    trace = generate_trace(preset, scenario.catalog, np.random.SeedSequence(0))
+    with pytest.raises(Dl2Error, match=f"^slot {int(trace.arrival.min())}: {re.escape(message)}$"):
+        simulate(trace, Forging(forge), scenario)

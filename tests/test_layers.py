@@ -83,3 +83,12 @@ def test_no_import_cycle():
     for module in sorted(graph):
         if module not in state:
             visit(module, [module])
+
+
+def test_a_backend_is_handed_its_testbed_never_fetches_it():
+    """Backends get a kubeconfig or a pod cluster from whoever started the testbed (`dl2.testbed.running`); they
+    may use the pods' progress format (`dl2.testbed.training.progress`) but never start or look up a testbed."""
+    reaching = [f"{module} imports {target}" for module in sorted(MODULES) if module.startswith("dl2.backends")
+                for target in sorted(imports(module))
+                if target.startswith("dl2.testbed") and not target.startswith("dl2.testbed.training")]
+    assert not reaching, "\n".join(reaching)

@@ -8,11 +8,13 @@ import time
 import numpy as np
 import pytest
 import torch
+from forging import FORGERIES, Forging
 from lightkube.resources.core_v1 import Pod
 
 from dl2.backends.kube import KubeCluster
 from dl2.backends.loop import run
 from dl2.backends.sim import simulate
+from dl2.errors import Dl2Error
 from dl2.kube.jobs import submit_trace, trace_manifests
 from dl2.kube.resources import JOB_LABEL, SCHEDULER_NAME, DL2Job
 from dl2.learn.agent import DL2Policy, DL2Scheduler
@@ -103,3 +105,18 @@ def test_a_dl2jobs_own_limits_cap_its_tasks(kube):
         seen += [j["status"]["allocation"] for j in kube.list(DL2Job, ns) if "allocation" in j["status"]]
     assert max(a["workers"] for a in seen) == 1 and max(a["ps"] for a in seen) == 2  # DRF would give up to 4 bundles
     assert {j["status"]["phase"] for j in kube.list(DL2Job, ns)} == {"Succeeded"}
+
+
+@pytest.mark.parametrize("forgery", FORGERIES)
+def test_the_kubernetes_backend_refuses_an_allocation_as_the_simulator_does(kube, forgery):
+    forge, _ = FORGERIES[forgery]
+    sc, tr = scenario(), trace(5)
+    with pytest.raises(Dl2Error) as in_simulator:
+        simulate(tr, Forging(forge), sc)
+    ns = space(kube)
+    submit_trace(kube, tr, sc.catalog, ns)
+    backend = KubeCluster(kube, sc, ns, ns)
+    with pytest.raises(Dl2Error) as on_kubernetes:
+        run(backend, Forging(forge))
+    assert str(on_kubernetes.value) == str(in_simulator.value)
+    assert backend.committed is None and kube.list(Pod, ns, labels={JOB_LABEL: None}) == [], "nothing of it carried out"
