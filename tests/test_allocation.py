@@ -1,4 +1,4 @@
-"""`Allocation`, the object a scheduler fills (README, "Bring your own scheduler"): `add_bundle`,
+"""`Allocation`, the object a scheduler fills (docs/cli.md, "Bring your own scheduler"): `add_bundle`,
 `add_worker`, `add_ps` and `place`, checked call by call against a plain recomputation."""
 
 from __future__ import annotations
