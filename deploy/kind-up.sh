@@ -3,7 +3,7 @@
 # DL2Job CRD, advertise the dl2 CPU and GPU slots on the workers (extended resources dl2.io/cpu-slots and
 # dl2.io/gpu-slots, which task pods request) and start the dl2 scheduler (two replicas, one elected by a
 # Lease). Task pods hold their place and progress is emulated from the speed table; for pods that really
-# train, use `dl2 testbed up --kind` (README, "The kind testbed"). Needs docker, kind, kubectl.
+# train, use `dl2 testbed up --kind` (docs/testbed-kind.md). Needs docker, kind, kubectl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CLUSTER="${CLUSTER:-dl2}"

@@ -92,7 +92,7 @@ def publish_testbed(data_dir: Path) -> list[str]:
     for path in sources.values():
         if not path.is_file():
             raise Dl2Error(f"{path}: no such file: run the pipeline with finetune.backend=kind first "
-                           "(README, \"The paper's loop on kind\")")
+                           "(docs/testbed-kind.md)")
     jobs = pd.read_csv(sources["evaluate/jobs.csv"])
     if jobs.empty:
         raise Dl2Error(f"{sources['evaluate/jobs.csv']}: no testbed runs in it: "
@@ -121,7 +121,7 @@ def publish_pollux(data_dir: Path) -> list[str]:
     cells = grid.cells_table(summary)
     if len(cells) != 3 * len(grid.LOADS) * len(grid.WORKLOADS) or cells.within.isna().any():
         raise Dl2Error(f"{folder / 'summary.csv'}: not the full grid with {grid.MIN_SEEDS} seeds for pollux "
-                       "(rerun with pollux.scale=full, README \"The Pollux world\")")
+                       "(rerun with pollux.scale=full, docs/pollux.md)")
     loads, reductions = grid.loads_table(cells), grid.reductions_table(cells)
     if json.loads((folder / "metrics.json").read_text()) != json.loads(json.dumps(grid.grid_metrics(cells, loads, reductions))):
         raise Dl2Error(f"{folder / 'metrics.json'}: does not follow from summary.csv (a stale run?): rerun the stage")

@@ -18,7 +18,7 @@ from dl2.errors import Dl2Error
 def connect(executor: Executor) -> None:
     """Join the Ray cluster at `executor.address` (or `$RAY_ADDRESS`), or start one on this machine, bound
     to loopback, when neither names one. A driver that is already connected stays so. Workers run in
-    their node's own environment: every node needs this dl2 installed (README, "On a Ray cluster")."""
+    their node's own environment: every node needs this dl2 installed (docs/ray.md)."""
     address = executor.address or os.environ.get("RAY_ADDRESS")
     where = "executor.address" if executor.address else "$RAY_ADDRESS"
     hint = "start one with `ray start --head` and pass the address it prints, or set executor.kind: local"
