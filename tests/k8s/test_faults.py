@@ -68,7 +68,7 @@ def test_a_slot_interrupted_after_its_allocation_is_committed_is_finished_as_com
     for _ in range(3):
         run_slot(backend, get_scheduler("drf"))
     alloc = get_scheduler("drf").schedule(backend.observe())
-    backend.resume = lambda: (_ for _ in ()).throw(RuntimeError("killed"))  # dies right after committing
+    backend._run_committed = lambda: (_ for _ in ()).throw(RuntimeError("killed"))  # dies right after committing
     with pytest.raises(RuntimeError):
         backend.apply(alloc)
     fresh = KubeCluster(kube, sc, ns, ns)
