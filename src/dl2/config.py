@@ -2,7 +2,7 @@
 
 Every section becomes a frozen dataclass through `typed`, the one loader behind the pipeline, the CLI and
 a notebook run by hand. The dataclass says what a section holds: each key is a field, checked against the
-field's type and, where its metadata says so (`choice`, `bounded`), its allowed values. A key the class
+field's type and, where its metadata says so (`choice`, `bounded`, `checked`), its allowed values. A key the class
 does not know is refused, and so is a missing one unless its field has a default: the learning settings
 have none, so their values live in `params.yaml` only. Every error names the file and the key.
 """
@@ -14,7 +14,7 @@ import dataclasses
 import functools
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -63,20 +63,29 @@ def section(params: Mapping[str, Any], name: str, where: str) -> dict[str, Any]:
 
 
 class Checked:
-    """Base of typed settings: every field is checked against its metadata (`choice`, `bounded`) however
-    the object is built, from `params.yaml` by `typed` or in code. Errors name the field; `typed` adds the
-    file and section. A subclass with checks of its own calls `super().__post_init__()` first."""
+    """Base of typed settings: every field is checked against its metadata (`choice`, `bounded`, `checked`)
+    however the object is built, from `params.yaml` by `typed` or in code. Errors name the field; `typed`
+    adds the file and section. A subclass with checks of its own calls `super().__post_init__()` first."""
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            for item in value if isinstance(value, tuple) else (value,):
-                _within(item, f.metadata, f.name)
+            if "check" in f.metadata:  # stores what the check returns: a name as its owner spells it
+                object.__setattr__(self, f.name, _checked(value, f))
+            else:
+                _checked(value, f)
 
 
 def choice(*options: str) -> Any:
     """A field whose value (or each value of a tuple) is one of `options` (no default)."""
     return dataclasses.field(metadata={"choices": options})
+
+
+def checked(check: Callable[..., Any], **options: Any) -> Any:
+    """A field whose value (or each value of a tuple) `check(value, key=field name, **options)` returns as it is
+    to be stored, or refuses with a Dl2Error naming the key (no default): a check that other settings and
+    commands share, such as `dl2.schedulers.names.check_policy`."""
+    return dataclasses.field(metadata={"check": functools.partial(check, **options)})
 
 
 def bounded(at_least: float | None = None, above: float | None = None, below: float | None = None,
@@ -141,6 +150,18 @@ def _as_type(value: Any, kind: Any, where: str) -> Any:
             raise Dl2Error(f"{where}: expected a string, got {value!r}")
         return value
     raise TypeError(f"{where}: typed() cannot read a field of type {kind!r}; pass it in `given`")
+
+
+def _checked(value: Any, f: dataclasses.Field) -> Any:
+    """`value` (or each value of a tuple) checked against field `f`'s metadata, as `f.metadata["check"]` returns it."""
+    items = value if isinstance(value, tuple) else (value,)
+    for item in items:
+        _within(item, f.metadata, f.name)
+    check = f.metadata.get("check")
+    if check is None:
+        return value
+    items = tuple(check(item, key=f.name) for item in items)
+    return items if isinstance(value, tuple) else items[0]
 
 
 def _within(value: Any, meta: Mapping[str, Any], key: str) -> None:

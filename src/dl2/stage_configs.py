@@ -9,12 +9,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dl2.config import Checked, bounded, choice, section, typed
+from dl2.config import Checked, bounded, checked, choice, section, typed
 from dl2.distributed.executor import Executor
 from dl2.errors import Dl2Error
 from dl2.pollux.grid import Cell, load_name, plan
+from dl2.pollux.policies import POLICIES as POLLUX_POLICIES
 from dl2.schedulers.builtin import BUILTIN_POLICIES
-from dl2.schedulers.registry import policy_names
+from dl2.schedulers.names import check_policy
 from dl2.workload.presets import POLLUX, PS_WORKER, PolluxPreset, Preset, preset_named, presets_from
 from dl2.workload.traces import ARRIVAL_PATTERNS, LENGTH_PATTERNS
 
@@ -39,14 +40,8 @@ class TracesParams(Checked):
 class BaselinesParams(Checked):
     """The `baselines` section."""
 
-    policies: tuple[str, ...]  # built-in heuristics or user classes module:Class
+    policies: tuple[str, ...] = checked(check_policy, builtin=BUILTIN_POLICIES, classes=True)  # built-in heuristics or module:Class
     fine_grained_jct: bool
-
-    def __post_init__(self):
-        super().__post_init__()
-        for policy in self.policies:
-            if policy not in policy_names() and ":" not in policy:
-                raise Dl2Error(f"policies: unknown policy {policy!r} (known: {', '.join(policy_names())}, or module:Class)")
 
 
 @dataclass(frozen=True)
@@ -60,8 +55,9 @@ class ReportParams(Checked):
 class EvaluateParams(Checked):
     """The `evaluate` section."""
 
-    heuristics: tuple[str, ...] = choice(*BUILTIN_POLICIES)
-    testbed_heuristics: tuple[str, ...] = choice(*BUILTIN_POLICIES)  # run on the kind testbed beside DL2 (finetune.backend: kind)
+    heuristics: tuple[str, ...] = checked(check_policy, builtin=BUILTIN_POLICIES)
+    # run on the kind testbed beside DL2 (finetune.backend: kind)
+    testbed_heuristics: tuple[str, ...] = checked(check_policy, builtin=BUILTIN_POLICIES)
     testbed_traces: int = bounded(at_least=1)  # validation traces replayed on the kind testbed
     testbed_repeats: int = bounded(at_least=1)  # replays of each (policy, trace) on the testbed
     shift_traces: int = bounded(at_least=1)  # validation traces each policy also plays moved by every shift
@@ -75,7 +71,7 @@ class PolluxParams(Checked):
     """The `pollux` section: the Pollux world's Fig. 8a grid on the artifact's shipped workloads."""
 
     preset: str  # a preset of the pollux world
-    policies: tuple[str, ...] = choice("optimus", "tiresias", "pollux")
+    policies: tuple[str, ...] = checked(check_policy, builtin=POLLUX_POLICIES, world=POLLUX)
     loads: tuple[float, ...]  # relative job loads (the artifact ships 0.5, 1.0, 1.5 and 2.0)
     workloads: tuple[int, ...] = bounded(at_least=1, at_most=8)
     seeds: tuple[int, ...] = bounded(at_least=0)  # a randomized policy (pollux) runs once per seed

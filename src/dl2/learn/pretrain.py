@@ -11,11 +11,12 @@ import pandas as pd
 import torch
 from torch import nn
 
-from dl2.config import Checked, bounded, choice
+from dl2.config import Checked, bounded, checked
 from dl2.learn.agent import DL2Policy, masks_from_states
 from dl2.learn.nets import NetConfig, masked_log_probs
 from dl2.learn.rollout import run_policy
 from dl2.schedulers.builtin import BUILTIN_POLICIES, simulate_builtin
+from dl2.schedulers.names import check_policy
 from dl2.sim.scenario import Scenario
 from dl2.workload.traces import Trace
 
@@ -24,7 +25,7 @@ from dl2.workload.traces import Trace
 class PretrainConfig(Checked):
     """The `pretrain` section."""
 
-    teacher: str = choice(*BUILTIN_POLICIES)
+    teacher: str = checked(check_policy, builtin=BUILTIN_POLICIES)  # a built-in heuristic: its decisions are recorded
     epochs: int = bounded(at_least=1)
     batch_size: int = bounded(at_least=1)
     lr: float = bounded(above=0)
