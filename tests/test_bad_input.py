@@ -324,6 +324,18 @@ def test_a_builtin_policy_is_named_in_any_case_and_runs_as_its_owner_spells_it(t
     assert get_scheduler("SRTF").name == "srtf" and make_policy("Tiresias").name == make_policy("tiresias").name
 
 
+def test_a_backend_name_is_refused_with_the_one_text_by_every_stage_that_reads_it(tmp_path):
+    from dl2.learn.settings import check_backend
+
+    params = params_file(tmp_path, set_key("finetune", "backend", "slurm"))
+    with pytest.raises(Dl2Error) as expected:
+        check_backend("slurm")
+    assert str(expected.value) == "finetune.backend: expected one of sim, k8s, kind, got 'slurm'"
+    assert stage_error("finetune", params) == stage_error("evaluate", params) == f"{params}: {expected.value}"
+    cell = stage_error("ablate@learner", params)  # the first cell that reads it
+    assert cell.startswith(f"{params}: ablations.axes.") and cell.endswith(f": {expected.value}")
+
+
 def test_simulate_scheduler_file_not_found(capsys, tmp_path):
     missing = tmp_path / "nowhere.py"
     msg = run_error(capsys, ["simulate", "--trace", str(good_trace(tmp_path)), "--policy", f"{missing}:Sched"])

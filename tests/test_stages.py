@@ -73,7 +73,7 @@ def test_every_stage_depends_on_the_whole_package_its_data_libraries_and_noteboo
 
 def test_overrides_change_only_keys_the_stage_reads():
     stage = load_stage("finetune", overrides={"finetune": {"updates": 7}, "learn": {"window": 12}})
-    assert stage.config.finetune.config.updates == 7 and stage.config.learn.window == 12
+    assert stage.config.finetune.learner.updates == 7 and stage.config.learn.window == 12
     assert stage.params["finetune"]["updates"] == 7  # what MLflow logs is what ran
     with pytest.raises(Dl2Error, match=r"overrides: pretrain\.epochs: stage finetune does not read it"):
         load_stage("finetune", overrides={"pretrain": {"epochs": 3}})

@@ -14,7 +14,7 @@ import dataclasses
 import functools
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +94,21 @@ def bounded(at_least: float | None = None, above: float | None = None, below: fl
     `above` and `below` (exclusive)."""
     return dataclasses.field(default=default, metadata={"at_least": at_least, "above": above, "below": below,
                                                        "at_most": at_most})
+
+
+def check_keys(cls: type, values: Mapping[str, Any], keys: Iterable[str], where: str, prefix: str) -> None:
+    """Check the keys `keys` of the mapping `values` as `typed` checks those fields of `cls`, without building
+    one: keys a section holds for another reader (another learner's, say). Each must be there."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    for key in keys:
+        if key not in values:
+            raise Dl2Error(f"{where}: {prefix}.{key} is missing")
+        value = _as_type(values[key], hints[key], f"{where}: {prefix}.{key}")
+        try:
+            _checked(value, fields[key])
+        except Dl2Error as exc:
+            raise Dl2Error(f"{where}: {prefix}.{exc}") from None
 
 
 def typed(cls: type, values: Mapping[str, Any], where: str, prefix: str, **given: Any) -> Any:

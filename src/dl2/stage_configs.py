@@ -7,22 +7,19 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dl2.config import Checked, bounded, checked, choice, section, typed
 from dl2.distributed.executor import Executor
 from dl2.errors import Dl2Error
+from dl2.learn.ablations.plan import AblationPlan, ablation_settings, group_plans
+from dl2.learn.settings import FinetunePlan, FinetuneRuns, LearnSettings, PretrainConfig, finetune_plan, learn_settings, pretrain_config
 from dl2.pollux.grid import Cell, load_name, plan
 from dl2.pollux.policies import POLICIES as POLLUX_POLICIES
 from dl2.schedulers.builtin import BUILTIN_POLICIES
 from dl2.schedulers.names import check_policy
 from dl2.workload.presets import POLLUX, PS_WORKER, PolluxPreset, Preset, preset_named, presets_from
 from dl2.workload.traces import ARRIVAL_PATTERNS, LENGTH_PATTERNS
-
-if TYPE_CHECKING:  # the learning settings import torch: the builders that need them import them when called
-    from dl2.learn.ablations.plan import AblationPlan
-    from dl2.learn.pretrain import PretrainConfig
-    from dl2.learn.settings import FinetunePlan, LearnSettings, RunSeeds
 
 
 @dataclass(frozen=True)
@@ -132,8 +129,7 @@ class FinetuneStage:
 @dataclass(frozen=True)
 class EvaluateStage:
     learn: LearnSettings
-    runs: RunSeeds  # the fine-tuned models to evaluate
-    backend: str  # where they were fine-tuned (finetune.backend): on kind, they are also evaluated there
+    runs: FinetuneRuns  # the fine-tuned models to evaluate, and where they were fine-tuned: on kind, they are also evaluated there
     evaluate: EvaluateParams
     shift_clusters: tuple[Preset, ...]  # evaluate.shift_clusters, resolved
     executor: Executor
@@ -194,40 +190,27 @@ def _presets(params: dict, names: tuple[str, ...], where: str) -> tuple[Preset, 
 
 
 def _learn(params: dict, where: str) -> LearnSettings:
-    from dl2.learn.settings import learn_settings
-
     return learn_settings(section(params, "learn", where), presets_from(params, where), where)
 
 
 def _pretrain(params: dict, where: str, name: str) -> PretrainStage:
-    from dl2.learn.settings import pretrain_config
-
     return PretrainStage(_learn(params, where), pretrain_config(section(params, "pretrain", where), where))
 
 
 def _finetune(params: dict, where: str, name: str) -> FinetuneStage:
-    from dl2.learn.settings import finetune_plan
-
     return FinetuneStage(_learn(params, where), finetune_plan(section(params, "finetune", where), where),
                          _executor(params, where))
 
 
 def _evaluate(params: dict, where: str, name: str) -> EvaluateStage:
-    from dl2.learn.settings import BACKENDS, RunSeeds
-
-    finetune = section(params, "finetune", where)
-    runs = typed(RunSeeds, {k: v for k, v in finetune.items() if k != "backend"}, where, "finetune")
-    if finetune.get("backend") not in BACKENDS:
-        raise Dl2Error(f"{where}: finetune.backend: expected one of {', '.join(BACKENDS)}, got {finetune.get('backend')!r}")
+    runs = typed(FinetuneRuns, section(params, "finetune", where), where, "finetune")
     evaluate = typed(EvaluateParams, section(params, "evaluate", where), where, "evaluate")
     presets = presets_from(params, where)
     clusters = tuple(preset_named(n, presets, f"{where}: evaluate.shift_clusters", world=PS_WORKER) for n in evaluate.shift_clusters)
-    return EvaluateStage(_learn(params, where), runs, finetune["backend"], evaluate, clusters, _executor(params, where))
+    return EvaluateStage(_learn(params, where), runs, evaluate, clusters, _executor(params, where))
 
 
 def _ablate(params: dict, where: str, name: str) -> AblateStage:
-    from dl2.learn.ablations.plan import ablation_settings, group_plans
-
     group = name.split("@")[1]
     ablations = ablation_settings(section(params, "ablations", where), where)
     plans = group_plans(ablations, group, params, presets_from(params, where), where)
