@@ -52,14 +52,14 @@ def _parse_yaml(text: str) -> Any:
     return YAML(typ="safe", pure=True).load(text)
 
 
-def section(params: Mapping[str, Any], name: str, where: str) -> dict[str, Any]:
-    """The mapping `params[name]`, or an error naming it."""
+def section(params: Mapping[str, Any], name: str, where: str) -> Mapping[str, Any]:
+    """The mapping `params[name]` itself, or an error naming it."""
     value = params.get(name)
     if value is None:
         raise Dl2Error(f"{where}: section {name!r} is missing")
     if not isinstance(value, Mapping):
         raise Dl2Error(f"{where}: {name}: expected a mapping of keys, got {value!r}")
-    return dict(value)
+    return value
 
 
 class Checked:
