@@ -298,7 +298,8 @@ def test_a_policy_setting_is_refused_with_the_one_text_naming_its_key(tmp_path, 
 
 def test_every_command_refuses_a_policy_name_with_the_one_text():
     from dl2.pollux.policies import make_policy
-    from dl2.schedulers.builtin import simulate_builtin
+    from dl2.schedulers.builtin import BUILTIN_POLICIES, simulate_builtin
+    from dl2.schedulers.names import check_policy
     from dl2.schedulers.registry import get_scheduler
 
     def refusal(run) -> str:
@@ -312,6 +313,10 @@ def test_every_command_refuses_a_policy_name_with_the_one_text():
     assert refusal(lambda: make_policy("drf")) == \
         "unknown policy 'drf' of the pollux world (known: optimus, tiresias, pollux, or module:Class)"
     assert refusal(lambda: get_scheduler("model.pt")).startswith("unknown policy 'model.pt'")  # a saved model loads through dl2.backends
+    with_models = dict(classes=True, models=True)  # as a backend runs a policy: a saved DL2 model too
+    assert check_policy("runs/sl-rl-s0.PT", BUILTIN_POLICIES, **with_models) == "runs/sl-rl-s0.PT"
+    assert refusal(lambda: check_policy("lottery", BUILTIN_POLICIES, **with_models)) == \
+        f"unknown policy 'lottery' (known: {known}, module:Class, or a saved DL2 model *.pt)"
 
 
 def test_a_builtin_policy_is_named_in_any_case_and_runs_as_its_owner_spells_it(tmp_path):
