@@ -14,9 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from dl2.learn.pretrain import PretrainConfig
-from dl2.learn.settings import LearnSettings
-from dl2.learn.trainer import RLConfig
+from dl2.learn.settings import LearnerSettings, LearnSettings, PretrainConfig, learner_settings
 from dl2.schedulers.heuristics import POLICY_IDS, run_to_completion
 from dl2.sim import engine
 from dl2.sim.scenario import Scenario, SimOptions
@@ -69,17 +67,19 @@ def tiny_preset(num_nodes: int = 2, max_tasks: int = 2, num_jobs: int = 6) -> Pr
                   max_tasks=max_tasks, speed_table="public_release", bucket_to_model=False)
 
 
-# The paper's learner as the authors' code sets it: what the RL tests train with, unless they say otherwise.
+# The paper's learner as the authors' code sets it, as a `finetune` section holds it (with PPO's keys too): what the
+# RL tests train with, unless they say otherwise.
 PAPER_LEARNER = dict(algorithm="actor-critic", updates=1000, num_envs=8, lr=1e-4, lr_schedule="constant", entropy=0.1,
                      batch_size=256, critic="slot", gamma=0.9, reward="slot", replay="prioritized", replay_size=8192,
                      learn_start=1024, exploration="code", learn_rule_actions=True, epsilon=0.4, shaping="off", gae_lambda=0.95,
-                     clip=0.2, ppo_epochs=4, rollout_length=128, validate_every=100, checkpoint_every=100, select_traces=0, seed=0)
+                     clip=0.2, ppo_epochs=4, rollout_length=128, validate_every=100, checkpoint_every=100, select_traces=0)
 PPO = dict(algorithm="ppo", exploration="off", replay="off")
 
 
-def rl_config(**changes) -> RLConfig:
-    """`PAPER_LEARNER` with `changes` (`**PPO` for the PPO learner)."""
-    return RLConfig(**{**PAPER_LEARNER, **changes})
+def rl_config(**changes) -> LearnerSettings:
+    """The settings of the learner `PAPER_LEARNER` with `changes` names, read as a `finetune` section's (`**PPO` for
+    the PPO learner)."""
+    return learner_settings({**PAPER_LEARNER, **changes}, "tests")
 
 
 def pretrain_config(**changes) -> PretrainConfig:

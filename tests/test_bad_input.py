@@ -276,6 +276,71 @@ def test_compare_unknown_policy(capsys, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("stage, keys, value", [("baselines", ("baselines", "policies"), ["fifo", "lottery"]),
+                                               ("evaluate", ("evaluate", "heuristics"), ["lottery"]),
+                                               ("evaluate", ("evaluate", "testbed_heuristics"), ["lottery"]),
+                                               ("pretrain", ("pretrain", "teacher"), "lottery"),
+                                               ("pollux-baselines", ("pollux", "policies"), ["lottery"])])
+def test_a_policy_setting_is_refused_with_the_one_text_naming_its_key(tmp_path, stage, keys, value):
+    """Every setting that names a policy is checked by `check_policy`: the same words, its key, what is known."""
+    from dl2.pollux.policies import POLICIES as POLLUX_POLICIES
+    from dl2.schedulers.builtin import BUILTIN_POLICIES
+    from dl2.schedulers.names import check_policy
+
+    params = params_file(tmp_path, set_key(*keys, value))
+    msg = stage_error(stage, params)
+    pollux = stage == "pollux-baselines"
+    builtin, world, classes = (POLLUX_POLICIES, "pollux", False) if pollux else (BUILTIN_POLICIES, "", stage == "baselines")
+    with pytest.raises(Dl2Error) as expected:
+        check_policy("lottery", builtin, classes=classes, world=world, key=".".join(keys))
+    assert msg == f"{params}: {expected.value}" and "unknown policy 'lottery'" in msg
+
+
+def test_every_command_refuses_a_policy_name_with_the_one_text():
+    from dl2.pollux.policies import make_policy
+    from dl2.schedulers.builtin import BUILTIN_POLICIES, simulate_builtin
+    from dl2.schedulers.names import check_policy
+    from dl2.schedulers.registry import get_scheduler
+
+    def refusal(run) -> str:
+        with pytest.raises(Dl2Error) as info:
+            run()
+        return str(info.value)
+
+    known = "fifo, srtf, drf, tetris, optimus"
+    assert refusal(lambda: get_scheduler("lottery")) == f"unknown policy 'lottery' (known: {known}, or module:Class)"
+    assert refusal(lambda: simulate_builtin(None, "lottery", None)) == f"unknown policy 'lottery' (known: {known})"
+    assert refusal(lambda: make_policy("drf")) == \
+        "unknown policy 'drf' of the pollux world (known: optimus, tiresias, pollux, or module:Class)"
+    assert refusal(lambda: get_scheduler("model.pt")).startswith("unknown policy 'model.pt'")  # a saved model loads through dl2.backends
+    with_models = dict(classes=True, models=True)  # as a backend runs a policy: a saved DL2 model too
+    assert check_policy("runs/sl-rl-s0.PT", BUILTIN_POLICIES, **with_models) == "runs/sl-rl-s0.PT"
+    assert refusal(lambda: check_policy("lottery", BUILTIN_POLICIES, **with_models)) == \
+        f"unknown policy 'lottery' (known: {known}, module:Class, or a saved DL2 model *.pt)"
+
+
+def test_a_builtin_policy_is_named_in_any_case_and_runs_as_its_owner_spells_it(tmp_path):
+    from dl2.pollux.policies import make_policy
+    from dl2.schedulers.registry import get_scheduler
+
+    params = params_file(tmp_path, lambda p: (p["baselines"].update(policies=["DRF", "Optimus"]), p["pretrain"].update(teacher="FIFO")))
+    assert load_stage("baselines", params).config.baselines.policies == ("drf", "optimus")
+    assert load_stage("pretrain", params).config.pretrain.teacher == "fifo"
+    assert get_scheduler("SRTF").name == "srtf" and make_policy("Tiresias").name == make_policy("tiresias").name
+
+
+def test_a_backend_name_is_refused_with_the_one_text_by_every_stage_that_reads_it(tmp_path):
+    from dl2.learn.settings import check_backend
+
+    params = params_file(tmp_path, set_key("finetune", "backend", "slurm"))
+    with pytest.raises(Dl2Error) as expected:
+        check_backend("slurm")
+    assert str(expected.value) == "finetune.backend: expected one of sim, k8s, kind, got 'slurm'"
+    assert stage_error("finetune", params) == stage_error("evaluate", params) == f"{params}: {expected.value}"
+    cell = stage_error("ablate@learner", params)  # the first cell that reads it
+    assert cell.startswith(f"{params}: ablations.axes.") and cell.endswith(f": {expected.value}")
+
+
 def test_simulate_scheduler_file_not_found(capsys, tmp_path):
     missing = tmp_path / "nowhere.py"
     msg = run_error(capsys, ["simulate", "--trace", str(good_trace(tmp_path)), "--policy", f"{missing}:Sched"])

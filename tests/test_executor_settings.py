@@ -48,7 +48,7 @@ def test_the_papers_learner_refuses_cluster_actors_before_reaching_for_ray():
     train, validation = workflow.split_traces(settings, measured)
     torch.manual_seed(0)
     policy = DL2Policy(workflow.network(settings), measured.preset.max_tasks, settings.assign_bundle)
-    trainer = make_trainer(policy, train, validation, measured, rl_config(**{**PAPER_LEARNER, "updates": 1, "num_envs": 2}))
+    trainer = make_trainer(policy, train, validation, measured, rl_config(**{**PAPER_LEARNER, "updates": 1, "num_envs": 2}), 0)
     with pytest.raises(Dl2Error, match="executor.cluster_actors: algorithm actor-critic .* finetune.algorithm: ppo"):
         trainer.use_cluster_actors(Executor("ray", "127.0.0.1:1", 1.0, 0, 2))
 

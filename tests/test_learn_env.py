@@ -353,7 +353,7 @@ def test_a_learner_trains_alike_on_either_environment():
     for make_env in (DecisionEnv, _over_the_simulator):
         torch.manual_seed(0)
         policy = DL2Policy(net_config("per-job", hidden=(16, 16), window=6), 3, assign_bundle=True)
-        trainer = make_trainer(policy, train, validation, scenario, config, make_env=make_env)
+        trainer = make_trainer(policy, train, validation, scenario, config, 0, make_env=make_env)
         histories.append(trainer.train().drop(columns="seconds"))
         assert all(isinstance(env, make_env if make_env is DecisionEnv else BackendEnv) for env in trainer.envs)
     pd.testing.assert_frame_equal(*histories, check_exact=True)

@@ -33,8 +33,8 @@ from dl2.learn.nets import masked_log_probs, net_config
 from dl2.learn.pretrain import pretrain, teacher_decisions
 from dl2.learn.replay import Replay, importance_beta
 from dl2.learn.rollout import run_policy
-from dl2.learn.settings import FinetunePlan, finetune_plan
-from dl2.learn.trainer import ALGORITHMS, Trainer
+from dl2.learn.settings import ALGORITHMS, FinetunePlan, PPOSettings, finetune_plan
+from dl2.learn.trainer import Trainer
 from dl2.learn.workflow import model_name
 from dl2.sim.scenario import Scenario, SimOptions
 from dl2.sim.state import NUM_FEATURES
@@ -135,8 +135,8 @@ def test_rl_improves_a_policy_that_mostly_does_nothing():
     assert before == pytest.approx(nothing, rel=0.02), "the initial policy should barely act beyond the bundle"
     config = rl_config(updates=300, num_envs=4, lr=1e-3, entropy=0.01, batch_size=64, replay="uniform",
                       replay_size=4096, learn_start=64, critic="slot", exploration="off", validate_every=100,
-                      checkpoint_every=1000, seed=0)
-    history = make_trainer(policy, train, validation, RL_SCENARIO, config).train()
+                      checkpoint_every=1000)
+    history = make_trainer(policy, train, validation, RL_SCENARIO, config, 0).train()
     after = val_jct()
     # seen with seeds 0-4: drops of 25-40% (12.66 -> 8.75 with seed 0)
     assert after <= 0.9 * before, (before, after, history.to_string())
@@ -154,8 +154,8 @@ def test_ppo_improves_a_policy_that_mostly_does_nothing():
     before = val_jct()
     config = rl_config(algorithm="ppo", updates=30, num_envs=4, lr=1e-3, entropy=0.01, batch_size=128,
                       rollout_length=64, replay="off", exploration="off", critic="slot", shaping="env",
-                      validate_every=10, checkpoint_every=1000, seed=0)
-    history = make_trainer(policy, train, validation, RL_SCENARIO, config).train()
+                      validate_every=10, checkpoint_every=1000)
+    history = make_trainer(policy, train, validation, RL_SCENARIO, config, 0).train()
     after = val_jct()
     assert after <= 0.8 * before, (before, after, history.to_string())
     assert list(history["update"]) == [10, 20, 30]
@@ -167,9 +167,9 @@ def test_fine_tuning_keeps_the_weights_that_did_best_on_the_selection_traces():
     train, validation, selection = (_traces(RL_SCENARIO, n, seed=k) for k, n in enumerate((8, 2, 3)))
     config = rl_config(algorithm="ppo", updates=12, num_envs=4, lr=3e-3, entropy=0.01, batch_size=128, rollout_length=32,
                       replay="off", exploration="off", critic="slot", shaping="env", validate_every=2,
-                      checkpoint_every=1000, seed=0)
+                      checkpoint_every=1000)
     world = Scenario(RL_SCENARIO.preset, replace(RL_SCENARIO.options, speed_model="analytical"))  # as OfflineRL's
-    trainer = make_trainer(_void_loving_policy(seed=0), train, validation, world, config, validation_scenario=RL_SCENARIO,
+    trainer = make_trainer(_void_loving_policy(seed=0), train, validation, world, config, 0, validation_scenario=RL_SCENARIO,
                       selection=selection)
     history = trainer.train()
     best = history.loc[history.select_jct.idxmin()]
@@ -180,19 +180,19 @@ def test_fine_tuning_keeps_the_weights_that_did_best_on_the_selection_traces():
     assert np.mean(run_policy(trainer.policy, selection, RL_SCENARIO, greedy=True).avg_jct) != history.iloc[-1]["select_jct"]
     if best["update"] != history.iloc[-1]["update"]:  # kept from earlier: not the weights training ended with
         assert not all(torch.equal(a, b) for a, b in zip(chosen.net.state_dict().values(), trainer.policy.net.state_dict().values()))
-    without = make_trainer(_void_loving_policy(seed=0), train, validation, RL_SCENARIO, replace(config, updates=2))
+    without = make_trainer(_void_loving_policy(seed=0), train, validation, RL_SCENARIO, replace(config, updates=2), 0)
     assert "select_jct" not in without.train() and without.chosen_policy() is without.policy and without.chosen_update == 2
 
 
 def test_per_action_rewards_pay_each_decision_its_jobs_share():
     train, validation = _traces(RL_SCENARIO, 4, seed=0), _traces(RL_SCENARIO, 2, seed=1)
     config = rl_config(updates=3, num_envs=2, lr=0.0, batch_size=16, replay="uniform", learn_start=16, exploration="off",
-                      reward="job", validate_every=100, checkpoint_every=100, seed=0)  # lr 0: both runs decide alike
-    trainer = make_trainer(_void_loving_policy(seed=0), train, validation, RL_SCENARIO, config)
+                      reward="job", validate_every=100, checkpoint_every=100)  # lr 0: both runs decide alike
+    trainer = make_trainer(_void_loving_policy(seed=0), train, validation, RL_SCENARIO, config, 0)
     trainer.train()
     per_job = trainer.replay.rewards[: trainer.replay.size]
     slot = replace(config, reward="slot")
-    same = make_trainer(_void_loving_policy(seed=0), train, validation, RL_SCENARIO, slot)
+    same = make_trainer(_void_loving_policy(seed=0), train, validation, RL_SCENARIO, slot, 0)
     same.train()
     per_slot = same.replay.rewards[: same.replay.size]
     # the same decisions, each paid a part of the slot's reward instead of all of it
@@ -238,9 +238,9 @@ def make_resume_trainer(exploration: str = "code", replay: str = "prioritized", 
                validate_every=5, checkpoint_every=RESUME_EVERY // 2) if algorithm == "ppo" else {}
     config = rl_config(**{**dict(updates=RESUME_UPDATES, num_envs=3, lr=1e-3, entropy=0.05, batch_size=32, replay=replay,
                                 replay_size=512, learn_start=32, critic=critic, exploration=exploration, validate_every=20,
-                                checkpoint_every=RESUME_EVERY, seed=11, algorithm=algorithm), **ppo})
+                                checkpoint_every=RESUME_EVERY, algorithm=algorithm), **ppo})
     selection = _traces(RESUME_SCENARIO, 1, seed=7) if algorithm == "ppo" else ()  # the kept weights resume too
-    return make_trainer(policy, train, validation, RESUME_SCENARIO, config, selection=selection)
+    return make_trainer(policy, train, validation, RESUME_SCENARIO, config, 11, selection=selection)
 
 
 def _assert_same_state(a: Trainer, b: Trainer):
@@ -565,21 +565,24 @@ def test_finetune_run_resumes_only_its_own_checkpoint(tmp_path):
                   replay="uniform", exploration="off")
     pretrained = DL2Policy(workflow.network(settings), 8, settings.assign_bundle)
     checkpoint = tmp_path / "run.ckpt"
-    policy, history = workflow.finetune_run("sl-rl", settings, rl, pretrained, checkpoint)
+    policy, history = workflow.finetune_run("sl-rl", 0, settings, rl, pretrained, checkpoint)
     assert list(history["update"]) == [2, 4] and (history.run == "sl-rl").all() and list(history.chosen) == [False, True]
     # the finished checkpoint is this run's: loading it trains nothing more and gives the same weights
-    again, history_again = workflow.finetune_run("sl-rl", settings, rl, pretrained, checkpoint)
+    again, history_again = workflow.finetune_run("sl-rl", 0, settings, rl, pretrained, checkpoint)
     for a, b in zip(policy.net.state_dict().values(), again.net.state_dict().values()):
         assert torch.equal(a, b)
     assert list(history_again["update"]) == [2, 4]
-    # another run's settings never resume from it
+    # another run's settings, or seed, never resume from it
     other = replace(rl, updates=6)
-    _, history_other = workflow.finetune_run("sl-rl", settings, other, pretrained, checkpoint)
+    _, history_other = workflow.finetune_run("sl-rl", 0, settings, other, pretrained, checkpoint)
     assert list(history_other["update"]) == [2, 4, 6]
+    _, history_seed = workflow.finetune_run("sl-rl", 1, settings, other, pretrained, checkpoint)
+    assert list(history_seed["update"]) == [2, 4, 6]
+    assert not history_seed.drop(columns="seconds").equals(history_other.drop(columns="seconds"))
     # nor does a run resume from a file it cannot read (another version's checkpoint, say): it trains anew
     checkpoint.write_bytes(b"a checkpoint of another dl2")
     with pytest.warns(UserWarning, match="run.ckpt: not a dl2 training checkpoint .*; training anew"):
-        anew, history_anew = workflow.finetune_run("sl-rl", settings, rl, pretrained, checkpoint)
+        anew, history_anew = workflow.finetune_run("sl-rl", 0, settings, rl, pretrained, checkpoint)
     pd.testing.assert_frame_equal(history_anew.drop(columns="seconds"), history.drop(columns="seconds"))
 
 
@@ -602,7 +605,7 @@ def test_finetune_runs_in_worker_processes_end_as_in_one_process(tmp_path):
 
     settings = learn_settings(window=10, hidden=(32, 32), train_traces=2, validation_traces=1)
     plan = FinetunePlan(runs=("sl-rl", "rl-only"), seeds=(0, 1), backend="sim", workers=1,
-                        config=rl_config(updates=2, num_envs=2, batch_size=32, rollout_length=16, validate_every=1))
+                        learner=rl_config(updates=2, num_envs=2, batch_size=32, rollout_length=16, validate_every=1))
     torch.manual_seed(0)
     pretrained = DL2Policy(workflow.network(settings), 8, settings.assign_bundle)
     rows = []
@@ -710,13 +713,46 @@ def test_every_finetune_key_comes_from_params_yaml():
         with pytest.raises(Dl2Error, match=rf"params\.yaml: finetune\.{key} is missing"):
             finetune_plan({k: v for k, v in PROJECT_FINETUNE.items() if k != key}, "params.yaml")
     plan = finetune_plan({**PROJECT_FINETUNE, "runs": ["sl-rl", "rl-only"], "seeds": [3, 5], "lr": 0.001}, "params.yaml")
-    assert (plan.runs, plan.seeds, plan.config.lr, plan.config.seed) == (("sl-rl", "rl-only"), (3, 5), 0.001, 0)
+    assert (plan.runs, plan.seeds, plan.learner.lr) == (("sl-rl", "rl-only"), (3, 5), 0.001)
     assert model_name("sl-rl", 3) == "sl-rl-s3"
 
 
 def test_each_learner_is_a_trainer_of_its_own():
     assert tuple(LEARNERS) == ALGORITHMS and all(issubclass(cls, Trainer) for cls in LEARNERS.values())
     assert len(set(LEARNERS.values())) == len(LEARNERS)
+
+
+def test_each_learner_reads_only_its_own_keys_of_the_finetune_section():
+    """One section holds every learner's keys (an ablation cell switches the learner with `algorithm`); each
+    learner's settings hold the shared keys and its own, and the other learner's are still checked."""
+    from dataclasses import fields
+
+    from dl2.learn.settings import ActorCriticSettings, LearnerSettings
+
+    names = {cls: {f.name for f in fields(cls)} for cls in (LearnerSettings, PPOSettings, ActorCriticSettings)}
+    ppo, ac = names[PPOSettings] - names[LearnerSettings], names[ActorCriticSettings] - names[LearnerSettings]
+    assert ppo == {"shaping", "gae_lambda", "clip", "ppo_epochs", "rollout_length"}
+    assert ac == {"reward", "replay", "replay_size", "learn_start", "exploration", "learn_rule_actions", "epsilon"}
+    assert set(PROJECT_FINETUNE) == names[LearnerSettings] | ppo | ac | {"algorithm", "runs", "seeds", "backend", "workers"}
+    paper = finetune_plan({**PROJECT_FINETUNE, "algorithm": "actor-critic", "shaping": "off", "replay": "prioritized"},
+                          "params.yaml").learner
+    assert type(paper) is ActorCriticSettings and paper.algorithm == "actor-critic" and paper.replay == "prioritized"
+    with pytest.raises(Dl2Error, match=r"params\.yaml: finetune\.clip: expected a number above 0"):  # PPO's key, checked all the same
+        finetune_plan({**PROJECT_FINETUNE, "algorithm": "actor-critic", "shaping": "off", "clip": 0}, "params.yaml")
+    with pytest.raises(Dl2Error, match=r"params\.yaml: finetune\.shaping: algorithm actor-critic does not shape rewards"):
+        finetune_plan({**PROJECT_FINETUNE, "algorithm": "actor-critic"}, "params.yaml")
+    with pytest.raises(Dl2Error, match=r"finetune\.runs: expected one of sl-rl, rl-only, offline-rl, got 'sl-only'"):
+        finetune_plan({**PROJECT_FINETUNE, "runs": ["sl-only"]}, "params.yaml")  # an ablation cell's run only
+
+
+def test_the_learning_settings_load_without_torch():
+    code = ("import sys\n"
+            "from dl2.stages import load_stage\n"
+            "for name in ('pretrain', 'finetune', 'evaluate', 'ablate@learner'):\n"
+            "    load_stage(name)\n"
+            "print('torch' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
 
 
 @pytest.mark.parametrize("one_hot", [True, False])
@@ -748,7 +784,7 @@ def test_params_read_as_dvc_writes_them_keep_off_a_string(tmp_path):
     assert "replay: off" in text and "exploration: off" in text
     path.write_text(text)
     plan = finetune_plan(load_params(path)["finetune"], str(path))
-    assert plan.config.replay == "off" and plan.config.exploration == "off" and plan.config.lr == 0.001
+    assert isinstance(plan.learner, PPOSettings) and plan.learner.lr == 0.001  # with replay and exploration off, as PPO needs
 
 
 def test_prioritized_replay_corrects_mildly_as_the_authors_code_does():
@@ -771,7 +807,7 @@ def test_the_rules_actions_teach_the_policy_only_when_asked(learn_rule_actions):
     train, validation = _traces(RL_SCENARIO, 4, seed=0), _traces(RL_SCENARIO, 2, seed=1)
     config = rl_config(updates=1, num_envs=2, lr=0.01, entropy=0.0, batch_size=64, replay="uniform", learn_start=64,
                        exploration="code", learn_rule_actions=learn_rule_actions, validate_every=100, checkpoint_every=100)
-    trainer = make_trainer(_void_loving_policy(seed=0), train, validation, RL_SCENARIO, config)
+    trainer = make_trainer(_void_loving_policy(seed=0), train, validation, RL_SCENARIO, config, 0)
     while not trainer._round():  # decisions until an update is due
         pass
     r = trainer.replay

@@ -17,7 +17,7 @@ from dl2.stages import declared_params, dvc_stages, load_stage, notebook_of, sta
 
 ROOT = repo_root()
 PARAMS = load_params(ROOT / "params.yaml")
-PATH_PARAMETERS = {"params_file", "data_dir", "overrides", "run_id"}
+PATH_PARAMETERS = {"params_file", "data_dir", "overrides", "run_id", "stage_params"}
 STAGE_PARAMETERS = {"ablate": {"group"}, "reproduction": {"published"}}  # what tells a shared notebook which stage it runs
 
 
@@ -73,12 +73,30 @@ def test_every_stage_depends_on_the_whole_package_its_data_libraries_and_noteboo
 
 def test_overrides_change_only_keys_the_stage_reads():
     stage = load_stage("finetune", overrides={"finetune": {"updates": 7}, "learn": {"window": 12}})
-    assert stage.config.finetune.config.updates == 7 and stage.config.learn.window == 12
+    assert stage.config.finetune.learner.updates == 7 and stage.config.learn.window == 12
     assert stage.params["finetune"]["updates"] == 7  # what MLflow logs is what ran
     with pytest.raises(Dl2Error, match=r"overrides: pretrain\.epochs: stage finetune does not read it"):
         load_stage("finetune", overrides={"pretrain": {"epochs": 3}})
     with pytest.raises(Dl2Error, match=r"with the notebook's overrides\): finetune\.updates: expected a number at least 1"):
         load_stage("finetune", overrides={"finetune": {"updates": 0}})
+
+
+def test_a_stage_handed_the_keys_it_reads_reads_no_file(monkeypatch, tmp_path):
+    """What `dl2 stage` hands its notebook (`Stage.params`, read once) loads the same configuration without
+    params.yaml or dvc.yaml; overrides on top are still checked against dvc.yaml."""
+    read = {name: load_stage(name) for name in ("finetune", "ablate@learner", "evaluate")}
+    monkeypatch.setenv("DL2_ROOT", str(tmp_path))  # neither file here
+    gone = tmp_path / "params.yaml"
+    for name, stage in read.items():
+        again = load_stage(name, gone, params=stage.params)
+        assert again.config == stage.config and again.params == stage.params, name
+    with pytest.raises(Dl2Error, match="params file not found"):
+        load_stage("finetune", gone)
+    monkeypatch.delenv("DL2_ROOT")
+    changed = load_stage("finetune", gone, {"finetune": {"updates": 7}}, read["finetune"].params)
+    assert changed.config == load_stage("finetune", overrides={"finetune": {"updates": 7}}).config
+    with pytest.raises(Dl2Error, match=r"overrides: pretrain\.epochs: stage finetune does not read it"):
+        load_stage("finetune", gone, {"pretrain": {"epochs": 3}}, read["finetune"].params)
 
 
 def _cells(name: str) -> list[dict]:
@@ -92,7 +110,7 @@ def test_a_notebooks_parameters_are_paths_and_overrides_and_it_loads_its_stage_a
     assigned = {line.split("=")[0].strip() for line in "".join(parameters["source"]).splitlines() if "=" in line}
     assert assigned == PATH_PARAMETERS | STAGE_PARAMETERS.get(notebook, set())
     setup = next(c for c in cells if c["cell_type"] == "code" and c is not parameters)
-    assert "stages.load_stage(" in "".join(setup["source"]) and "params_file, overrides)" in "".join(setup["source"])
+    assert "stages.load_stage(" in "".join(setup["source"]) and "params_file, overrides, stage_params)" in "".join(setup["source"])
     every_line = "".join("".join(c["source"]) for c in cells)
     assert "load_params" not in every_line and "params.yaml\")" not in every_line  # no second way to read params
     assert all(not c.get("outputs") and c.get("execution_count") is None for c in cells if c["cell_type"] == "code")

@@ -31,10 +31,11 @@ PUBLISHED_CURVES = DATA_DIR / "published" / "ablations" / "clusters" / "curves.c
 
 
 def finetune_stage():
-    """The project's `finetune` stage configuration (`FinetuneStage`), which the benchmark's learners follow."""
+    """The project's `finetune` stage configuration (`FinetuneStage`), its learner PPO: the benchmark's learners
+    follow it."""
     from dl2.stages import load_stage
 
-    return load_stage("finetune").config
+    return load_stage("finetune", overrides={"finetune": {"algorithm": "ppo", "replay": "off", "exploration": "off"}}).config
 
 
 def _trainer(stage, clusters: int):
@@ -49,9 +50,9 @@ def _trainer(stage, clusters: int):
     torch.manual_seed(0)
     policy = DL2Policy(workflow.network(settings), measured.preset.max_tasks, settings.assign_bundle)
     never = 10**9
-    config = replace(stage.finetune.config, algorithm="ppo", replay="off", exploration="off", num_envs=clusters,
+    config = replace(stage.finetune.learner, num_envs=clusters,
                      updates=never, validate_every=never, checkpoint_every=never, select_traces=0)
-    return make_trainer(policy, train, validation, measured, config)
+    return make_trainer(policy, train, validation, measured, config, 0)
 
 
 def seconds_per_update(stage, clusters: int, executor=None, steps: int = STEPS, warmup: int = WARMUP) -> dict[str, float]:
@@ -116,7 +117,7 @@ def clusters_benchmark(out: str | Path | None = None, counts: tuple[int, ...] = 
             on_actors[x] = seconds_per_update(stage, x, Executor("ray", cluster.address, 1.0, 0, x), steps=steps)
     report = {
         "machine": {"python": platform.python_version(), "processor": platform.machine(), "cpus": cpus},
-        "steps": steps, "decisions_per_cluster_and_update": stage.finetune.config.rollout_length,
+        "steps": steps, "decisions_per_cluster_and_update": stage.finetune.learner.rollout_length,
         "seconds_per_update": {"actors": {str(x): s for x, s in on_actors.items()},
                                "in_process": {str(x): s for x, s in in_process.items()}},
         # decisions per second over one cluster's: x if a rollout of x clusters on x CPUs took one cluster's time

@@ -2,7 +2,7 @@
 
 Every section becomes a frozen dataclass through `typed`, the one loader behind the pipeline, the CLI and
 a notebook run by hand. The dataclass says what a section holds: each key is a field, checked against the
-field's type and, where its metadata says so (`choice`, `bounded`), its allowed values. A key the class
+field's type and, where its metadata says so (`choice`, `bounded`, `checked`), its allowed values. A key the class
 does not know is refused, and so is a missing one unless its field has a default: the learning settings
 have none, so their values live in `params.yaml` only. Every error names the file and the key.
 """
@@ -14,7 +14,7 @@ import dataclasses
 import functools
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -52,31 +52,40 @@ def _parse_yaml(text: str) -> Any:
     return YAML(typ="safe", pure=True).load(text)
 
 
-def section(params: Mapping[str, Any], name: str, where: str) -> dict[str, Any]:
-    """The mapping `params[name]`, or an error naming it."""
+def section(params: Mapping[str, Any], name: str, where: str) -> Mapping[str, Any]:
+    """The mapping `params[name]` itself, or an error naming it."""
     value = params.get(name)
     if value is None:
         raise Dl2Error(f"{where}: section {name!r} is missing")
     if not isinstance(value, Mapping):
         raise Dl2Error(f"{where}: {name}: expected a mapping of keys, got {value!r}")
-    return dict(value)
+    return value
 
 
 class Checked:
-    """Base of typed settings: every field is checked against its metadata (`choice`, `bounded`) however
-    the object is built, from `params.yaml` by `typed` or in code. Errors name the field; `typed` adds the
-    file and section. A subclass with checks of its own calls `super().__post_init__()` first."""
+    """Base of typed settings: every field is checked against its metadata (`choice`, `bounded`, `checked`)
+    however the object is built, from `params.yaml` by `typed` or in code. Errors name the field; `typed`
+    adds the file and section. A subclass with checks of its own calls `super().__post_init__()` first."""
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            for item in value if isinstance(value, tuple) else (value,):
-                _within(item, f.metadata, f.name)
+            if "check" in f.metadata:  # stores what the check returns: a name as its owner spells it
+                object.__setattr__(self, f.name, _checked(value, f))
+            else:
+                _checked(value, f)
 
 
 def choice(*options: str) -> Any:
     """A field whose value (or each value of a tuple) is one of `options` (no default)."""
     return dataclasses.field(metadata={"choices": options})
+
+
+def checked(check: Callable[..., Any], **options: Any) -> Any:
+    """A field whose value (or each value of a tuple) `check(value, key=field name, **options)` returns as it is
+    to be stored, or refuses with a Dl2Error naming the key (no default): a check that other settings and
+    commands share, such as `dl2.schedulers.names.check_policy`."""
+    return dataclasses.field(metadata={"check": functools.partial(check, **options)})
 
 
 def bounded(at_least: float | None = None, above: float | None = None, below: float | None = None,
@@ -85,6 +94,21 @@ def bounded(at_least: float | None = None, above: float | None = None, below: fl
     `above` and `below` (exclusive)."""
     return dataclasses.field(default=default, metadata={"at_least": at_least, "above": above, "below": below,
                                                        "at_most": at_most})
+
+
+def check_keys(cls: type, values: Mapping[str, Any], keys: Iterable[str], where: str, prefix: str) -> None:
+    """Check the keys `keys` of the mapping `values` as `typed` checks those fields of `cls`, without building
+    one: keys a section holds for another reader (another learner's, say). Each must be there."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    for key in keys:
+        if key not in values:
+            raise Dl2Error(f"{where}: {prefix}.{key} is missing")
+        value = _as_type(values[key], hints[key], f"{where}: {prefix}.{key}")
+        try:
+            _checked(value, fields[key])
+        except Dl2Error as exc:
+            raise Dl2Error(f"{where}: {prefix}.{exc}") from None
 
 
 def typed(cls: type, values: Mapping[str, Any], where: str, prefix: str, **given: Any) -> Any:
@@ -141,6 +165,18 @@ def _as_type(value: Any, kind: Any, where: str) -> Any:
             raise Dl2Error(f"{where}: expected a string, got {value!r}")
         return value
     raise TypeError(f"{where}: typed() cannot read a field of type {kind!r}; pass it in `given`")
+
+
+def _checked(value: Any, f: dataclasses.Field) -> Any:
+    """`value` (or each value of a tuple) checked against field `f`'s metadata, as `f.metadata["check"]` returns it."""
+    items = value if isinstance(value, tuple) else (value,)
+    for item in items:
+        _within(item, f.metadata, f.name)
+    check = f.metadata.get("check")
+    if check is None:
+        return value
+    items = tuple(check(item, key=f.name) for item in items)
+    return items if isinstance(value, tuple) else items[0]
 
 
 def _within(value: Any, meta: Mapping[str, Any], key: str) -> None:

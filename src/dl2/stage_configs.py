@@ -7,21 +7,19 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from dl2.config import Checked, bounded, choice, section, typed
+from dl2.config import Checked, bounded, checked, choice, section, typed
 from dl2.distributed.executor import Executor
 from dl2.errors import Dl2Error
+from dl2.learn.ablations.plan import AblationPlan, ablation_settings, group_plans
+from dl2.learn.settings import FinetunePlan, FinetuneRuns, LearnSettings, PretrainConfig, finetune_plan, learn_settings, pretrain_config
 from dl2.pollux.grid import Cell, load_name, plan
+from dl2.pollux.policies import POLICIES as POLLUX_POLICIES
 from dl2.schedulers.builtin import BUILTIN_POLICIES
-from dl2.schedulers.registry import policy_names
+from dl2.schedulers.names import check_policy
 from dl2.workload.presets import POLLUX, PS_WORKER, PolluxPreset, Preset, preset_named, presets_from
 from dl2.workload.traces import ARRIVAL_PATTERNS, LENGTH_PATTERNS
-
-if TYPE_CHECKING:  # the learning settings import torch: the builders that need them import them when called
-    from dl2.learn.ablations.plan import AblationPlan
-    from dl2.learn.pretrain import PretrainConfig
-    from dl2.learn.settings import FinetunePlan, LearnSettings, RunSeeds
 
 
 @dataclass(frozen=True)
@@ -39,14 +37,8 @@ class TracesParams(Checked):
 class BaselinesParams(Checked):
     """The `baselines` section."""
 
-    policies: tuple[str, ...]  # built-in heuristics or user classes module:Class
+    policies: tuple[str, ...] = checked(check_policy, builtin=BUILTIN_POLICIES, classes=True)  # built-in heuristics or module:Class
     fine_grained_jct: bool
-
-    def __post_init__(self):
-        super().__post_init__()
-        for policy in self.policies:
-            if policy not in policy_names() and ":" not in policy:
-                raise Dl2Error(f"policies: unknown policy {policy!r} (known: {', '.join(policy_names())}, or module:Class)")
 
 
 @dataclass(frozen=True)
@@ -60,8 +52,9 @@ class ReportParams(Checked):
 class EvaluateParams(Checked):
     """The `evaluate` section."""
 
-    heuristics: tuple[str, ...] = choice(*BUILTIN_POLICIES)
-    testbed_heuristics: tuple[str, ...] = choice(*BUILTIN_POLICIES)  # run on the kind testbed beside DL2 (finetune.backend: kind)
+    heuristics: tuple[str, ...] = checked(check_policy, builtin=BUILTIN_POLICIES)
+    # run on the kind testbed beside DL2 (finetune.backend: kind)
+    testbed_heuristics: tuple[str, ...] = checked(check_policy, builtin=BUILTIN_POLICIES)
     testbed_traces: int = bounded(at_least=1)  # validation traces replayed on the kind testbed
     testbed_repeats: int = bounded(at_least=1)  # replays of each (policy, trace) on the testbed
     shift_traces: int = bounded(at_least=1)  # validation traces each policy also plays moved by every shift
@@ -75,7 +68,7 @@ class PolluxParams(Checked):
     """The `pollux` section: the Pollux world's Fig. 8a grid on the artifact's shipped workloads."""
 
     preset: str  # a preset of the pollux world
-    policies: tuple[str, ...] = choice("optimus", "tiresias", "pollux")
+    policies: tuple[str, ...] = checked(check_policy, builtin=POLLUX_POLICIES, world=POLLUX)
     loads: tuple[float, ...]  # relative job loads (the artifact ships 0.5, 1.0, 1.5 and 2.0)
     workloads: tuple[int, ...] = bounded(at_least=1, at_most=8)
     seeds: tuple[int, ...] = bounded(at_least=0)  # a randomized policy (pollux) runs once per seed
@@ -136,8 +129,7 @@ class FinetuneStage:
 @dataclass(frozen=True)
 class EvaluateStage:
     learn: LearnSettings
-    runs: RunSeeds  # the fine-tuned models to evaluate
-    backend: str  # where they were fine-tuned (finetune.backend): on kind, they are also evaluated there
+    runs: FinetuneRuns  # the fine-tuned models to evaluate, and where they were fine-tuned: on kind, they are also evaluated there
     evaluate: EvaluateParams
     shift_clusters: tuple[Preset, ...]  # evaluate.shift_clusters, resolved
     executor: Executor
@@ -198,40 +190,27 @@ def _presets(params: dict, names: tuple[str, ...], where: str) -> tuple[Preset, 
 
 
 def _learn(params: dict, where: str) -> LearnSettings:
-    from dl2.learn.settings import learn_settings
-
     return learn_settings(section(params, "learn", where), presets_from(params, where), where)
 
 
 def _pretrain(params: dict, where: str, name: str) -> PretrainStage:
-    from dl2.learn.settings import pretrain_config
-
     return PretrainStage(_learn(params, where), pretrain_config(section(params, "pretrain", where), where))
 
 
 def _finetune(params: dict, where: str, name: str) -> FinetuneStage:
-    from dl2.learn.settings import finetune_plan
-
     return FinetuneStage(_learn(params, where), finetune_plan(section(params, "finetune", where), where),
                          _executor(params, where))
 
 
 def _evaluate(params: dict, where: str, name: str) -> EvaluateStage:
-    from dl2.learn.settings import BACKENDS, RunSeeds
-
-    finetune = section(params, "finetune", where)
-    runs = typed(RunSeeds, {k: v for k, v in finetune.items() if k != "backend"}, where, "finetune")
-    if finetune.get("backend") not in BACKENDS:
-        raise Dl2Error(f"{where}: finetune.backend: expected one of {', '.join(BACKENDS)}, got {finetune.get('backend')!r}")
+    runs = typed(FinetuneRuns, section(params, "finetune", where), where, "finetune")
     evaluate = typed(EvaluateParams, section(params, "evaluate", where), where, "evaluate")
     presets = presets_from(params, where)
     clusters = tuple(preset_named(n, presets, f"{where}: evaluate.shift_clusters", world=PS_WORKER) for n in evaluate.shift_clusters)
-    return EvaluateStage(_learn(params, where), runs, finetune["backend"], evaluate, clusters, _executor(params, where))
+    return EvaluateStage(_learn(params, where), runs, evaluate, clusters, _executor(params, where))
 
 
 def _ablate(params: dict, where: str, name: str) -> AblateStage:
-    from dl2.learn.ablations.plan import ablation_settings, group_plans
-
     group = name.split("@")[1]
     ablations = ablation_settings(section(params, "ablations", where), where)
     plans = group_plans(ablations, group, params, presets_from(params, where), where)

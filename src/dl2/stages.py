@@ -3,11 +3,13 @@
 `dvc.yaml` is the one list of what each stage reads: DVC reruns a stage when one of its params changes,
 and `load_stage` hands the stage exactly those keys of the params file, so a stage that read anything else
 could not load. A notebook builds its configuration with `load_stage` whether `dl2 stage` runs it or a
-person does in JupyterLab, from the same params file (plus the overrides its parameters cell holds).
+person does in JupyterLab, from the same keys (plus the overrides its parameters cell holds).
 
-`run_stage` makes one MLflow run per execution (stage and commit tags, the params the stage reads),
-executes the notebook with papermill, which logs metrics and figures into the run, and adds the executed
-notebook; the run ends FAILED if the notebook raised, and the executed notebook lands only on success.
+`run_stage` reads and checks the stage's keys once, makes one MLflow run per execution (stage and commit
+tags, those keys), and executes the notebook with papermill, handing it those keys (`stage_params`: the
+kernel reads neither params.yaml nor dvc.yaml again); the notebook logs metrics and figures into the run,
+and the executed notebook is added to it. The run ends FAILED if the notebook raised, and the executed
+notebook lands only on success.
 """
 
 from __future__ import annotations
@@ -99,7 +101,8 @@ def declared_params(name: str) -> tuple[str, ...]:
 
 
 def declared_subset(params: Mapping[str, Any], keys: tuple[str, ...], where: str) -> dict:
-    """The part of `params` under `keys` (`ablations.scale` keeps `{"ablations": {"scale": ...}}`)."""
+    """The part of `params` under `keys` (`ablations.scale` keeps `{"ablations": {"scale": ...}}`), sharing its
+    values (`load_params` gives each caller a copy of its own)."""
     subset: dict = {}
     for key in keys:
         node, out, parts = params, subset, key.split(".")
@@ -109,7 +112,7 @@ def declared_subset(params: Mapping[str, Any], keys: tuple[str, ...], where: str
             node = node[part]
             if k < len(parts) - 1:
                 out = out.setdefault(part, {})
-        out[parts[-1]] = copy.deepcopy(node)
+        out[parts[-1]] = node
     return subset
 
 
@@ -137,15 +140,20 @@ def _leaves(tree: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> list[tuple
     return leaves
 
 
-def load_stage(name: str, params_file: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> Stage:
+def load_stage(name: str, params_file: str | Path | None = None, overrides: Mapping[str, Any] | None = None,
+               params: Mapping[str, Any] | None = None) -> Stage:
     """Stage `name`'s configuration from the keys of `params_file` (default: the project's params.yaml) that
-    dvc.yaml declares for it, with `overrides` on top (a hand run's changes); errors name the file and key."""
+    dvc.yaml declares for it, or from `params`, those keys as read before (what `dl2 stage` hands its
+    notebook: then no file is read), with `overrides` on top (a hand run's changes); errors name the file
+    and key."""
     params_file = Path(params_file or default_params_path()).resolve()
     where = str(params_file)
-    keys = declared_params(name)
-    subset = declared_subset(load_params(params_file), keys, where)
+    if params is None:
+        subset = declared_subset(load_params(params_file), declared_params(name), where)
+    else:
+        subset = dict(params)
     if overrides:
-        subset = _with_overrides(subset, overrides, keys, name)
+        subset = _with_overrides(subset, overrides, declared_params(name), name)
         where = f"{where} (with the notebook's overrides)"
     notebook = notebook_of(name)
     return Stage(name, notebook, subset, BUILDERS[notebook](subset, where, name))
@@ -162,7 +170,8 @@ def run_stage(name: str, params_file: str | Path | None = None, data_dir: str | 
     stage = load_stage(name, params_file)  # a bad parameter stops here, before any run or file is made
     data_dir = Path(data_dir or root / "data").resolve()
     executed = Path(executed or data_dir / "executed" / f"{name.replace('@', '-')}.ipynb").resolve()
-    parameters = {"params_file": str(params_file), "data_dir": str(data_dir), **_notebook_parameters(name)}
+    parameters = {"params_file": str(params_file), "data_dir": str(data_dir), "stage_params": stage.params,
+                  **_notebook_parameters(name)}
     run_id = create_stage_run(stage.name, stage.notebook, stage.params)
     parameters["run_id"] = run_id
     client = MlflowClient(tracking_uri())

@@ -24,6 +24,7 @@ from dl2.pollux.policies import POLICIES as POLLUX_POLICIES
 from dl2.pollux.workload import COLUMNS as WORKLOAD_COLUMNS
 from dl2.pollux.workload import read_workload
 from dl2.schedulers.builtin import BUILTIN_POLICIES
+from dl2.schedulers.names import check_policy
 from dl2.sim.scenario import Scenario, SimOptions
 from dl2.workload.catalog import load_catalog
 from dl2.workload.presets import POLLUX, PS_WORKER, AnyPreset, PolluxPreset, Preset
@@ -73,9 +74,7 @@ def _ps_worker(traces: Sequence[Path], policies: Sequence[str], preset: Preset, 
 
 def _pollux(traces: Sequence[Path], policies: Sequence[str], preset: PolluxPreset, seeds: Sequence[int], options: SimOptions,
             progress: bool) -> ps_worker.Comparison:
-    for policy in policies:
-        if policy not in POLLUX_POLICIES and ":" not in policy:
-            raise Dl2Error(f"unknown policy {policy!r} of the pollux world (known: {', '.join(POLLUX_POLICIES)}, or module:Class)")
+    policies = [check_policy(policy, POLLUX_POLICIES, classes=True, world=POLLUX) for policy in policies]  # all before any runs
     tables = pollux.compare(traces, policies, preset, seeds, progress)
     return ps_worker.Comparison(tables.summary, tables.jobs, tables.intervals)
 

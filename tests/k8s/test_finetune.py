@@ -81,8 +81,8 @@ def test_online_rl_on_the_testbed_updates_the_policy_and_logs_to_mlflow(testbed,
     before = [p.detach().clone() for p in policy.net.parameters()]
     learner = {"actor-critic": dict(algorithm="actor-critic", replay_size=512, learn_start=32),
                "ppo": dict(**PPO, shaping="env", rollout_length=16, ppo_epochs=2)}[algorithm]
-    config = rl_config(updates=3, num_envs=2, batch_size=32, validate_every=3, checkpoint_every=3, seed=0, **learner)
-    trainer = make_trainer(policy, [trace(13), trace(14)], [trace(15)], sc, config, tag="k8s-test",
+    config = rl_config(updates=3, num_envs=2, batch_size=32, validate_every=3, checkpoint_every=3, **learner)
+    trainer = make_trainer(policy, [trace(13), trace(14)], [trace(15)], sc, config, 0, tag="k8s-test",
                            make_env=KubeEnvFactory(testbed.kubeconfig, prefix=f"rl-{algorithm}"))
     assert all(isinstance(env, BackendEnv) for env in trainer.envs)
     tracking.experiment_id()

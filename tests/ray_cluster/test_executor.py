@@ -54,7 +54,7 @@ def test_an_ablation_group_on_ray_gives_the_local_results_in_the_same_files(two_
 def test_fine_tuning_runs_as_ray_tasks_end_as_in_one_process(two_nodes, tmp_path):
     settings = learn_settings(window=10, network="per-job", train_traces=2, validation_traces=1)
     plan = FinetunePlan(runs=("sl-rl", "rl-only"), seeds=(0, 1), backend="sim", workers=1,
-                        config=rl_config(**PPO, updates=2, num_envs=2, batch_size=32, rollout_length=16, validate_every=1))
+                        learner=rl_config(**PPO, updates=2, num_envs=2, batch_size=32, rollout_length=16, validate_every=1))
     torch.manual_seed(0)
     pretrained = DL2Policy(workflow.network(settings), 8, settings.assign_bundle)
     local = list(workflow.finetune_all(plan, settings, pretrained, tmp_path / "local"))
@@ -77,7 +77,7 @@ def _ppo_trainer(tmp_path, **changes) -> Trainer:
     policy = DL2Policy(workflow.network(settings), measured.preset.max_tasks, settings.assign_bundle)
     config = rl_config(**{**PPO, "updates": 4, "num_envs": 5, "batch_size": 64, "rollout_length": 24, "validate_every": 1,
                           "select_traces": 0, "shaping": "env", **changes})
-    return make_trainer(policy, train, validation, measured, config)
+    return make_trainer(policy, train, validation, measured, config, 0)
 
 
 def _assert_same_run(one: Trainer, history_one: pd.DataFrame, two: Trainer, history_two: pd.DataFrame, exact: bool) -> None:
@@ -116,7 +116,7 @@ def test_a_node_that_dies_under_the_training_clusters_costs_the_run_nothing(two_
     torch.manual_seed(0)
     pretrained = DL2Policy(workflow.network(settings), 8, settings.assign_bundle)
     executor = Executor("ray", two_nodes.address, 0.5, 3, 2)  # an actor a node (spread), and both fit on one
-    calm, history_calm = workflow.finetune_run("sl-rl", settings, config, pretrained, tmp_path / "calm.ckpt", executor=executor)
+    calm, history_calm = workflow.finetune_run("sl-rl", 0, settings, config, pretrained, tmp_path / "calm.ckpt", executor=executor)
     checkpoint = tmp_path / "storm.ckpt"
     killed = []
 
@@ -129,7 +129,7 @@ def test_a_node_that_dies_under_the_training_clusters_costs_the_run_nothing(two_
     watcher = threading.Thread(target=kill_once_checkpointed, daemon=True)
     watcher.start()
     with pytest.warns(UserWarning, match="actor holding training clusters died.*resuming from"):
-        stormy, history_stormy = workflow.finetune_run("sl-rl", settings, config, pretrained, checkpoint, executor=executor)
+        stormy, history_stormy = workflow.finetune_run("sl-rl", 0, settings, config, pretrained, checkpoint, executor=executor)
     watcher.join(timeout=60)
     assert killed
     pd.testing.assert_frame_equal(history_calm.drop(columns="seconds"), history_stormy.drop(columns="seconds"))

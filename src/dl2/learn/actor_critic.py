@@ -22,11 +22,14 @@ from dl2.learn.env import DecisionEnv
 from dl2.learn.exploration import Explorer
 from dl2.learn.nets import masked_log_probs
 from dl2.learn.replay import Replay, importance_beta
+from dl2.learn.settings import ActorCriticSettings
 from dl2.learn.trainer import Trainer
 from dl2.sim.state import NUM_FEATURES
 
 
 class ActorCriticTrainer(Trainer):
+    config: ActorCriticSettings
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         c, window = self.config, self.policy.config.window

@@ -18,9 +18,10 @@ import numpy as np
 import torch
 
 from dl2.errors import Dl2Error
+from dl2.learn.architecture import NetConfig
 from dl2.learn.compiled import FrozenPolicy, schedule_slot
 from dl2.learn.features import encode
-from dl2.learn.nets import MLP, NetConfig, masked_log_probs, policy_net
+from dl2.learn.nets import MLP, masked_log_probs, policy_net
 from dl2.paths import atomic_path
 from dl2.schedulers.base import Allocation, Observation
 from dl2.sim.engine import assign_bundles

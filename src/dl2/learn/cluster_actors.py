@@ -29,7 +29,7 @@ from dl2.errors import Dl2Error
 from dl2.learn.agent import DL2Policy
 from dl2.learn.env import DecisionEnv
 from dl2.learn.ppo_rollout import Events, Rollout, collect, policy_log_probs, slot_discount
-from dl2.learn.trainer import RLConfig
+from dl2.learn.settings import PPOSettings
 
 
 class ClustersLost(Dl2Error):
@@ -39,7 +39,7 @@ class ClustersLost(Dl2Error):
 class ClusterGroup:
     """Some of a run's training clusters, stepped by a frozen copy of the policy (the body of a Ray actor)."""
 
-    def __init__(self, envs: list[DecisionEnv], policy: DL2Policy, potential_table: np.ndarray | None, config: RLConfig):
+    def __init__(self, envs: list[DecisionEnv], policy: DL2Policy, potential_table: np.ndarray | None, config: PPOSettings):
         torch.set_num_threads(1)  # as `Trainer.train`
         self.envs = copy.deepcopy(envs)  # Ray hands arrays over read-only, from its object store; these step in place
         self.policy, self.potential_table, self.config = policy, potential_table, config
@@ -65,7 +65,7 @@ class RemoteClusters:
     """A trainer's environments split over `executor.cluster_actors` Ray actors (at most one per environment)."""
 
     def __init__(self, envs: list[DecisionEnv], executor, policy: DL2Policy, potential_table: np.ndarray | None,
-                 config: RLConfig):
+                 config: PPOSettings):
         import ray
 
         from dl2.distributed.ray_tasks import connect, driver_threads

@@ -19,9 +19,9 @@ import numpy as np
 import torch
 from numba import njit
 
+from dl2.learn.architecture import NetConfig
 from dl2.learn.env import CONTINUE, SLOT_END, env_reset, env_step
 from dl2.learn.features import NUM_MODELS, SHARE_SCALE, STAY_SCALE
-from dl2.learn.nets import NetConfig
 from dl2.sim.placement import place_least_loaded
 from dl2.sim.state import NUM_FEATURES, Cluster, Jobs
 from dl2.sim.window import action_mask, observe_window

@@ -12,7 +12,7 @@ from dl2.distributed.executor import LOCAL, Executor
 from dl2.distributed.jobs import run_jobs
 from dl2.learn.agent import DL2Policy
 from dl2.learn.rollout import run_policy
-from dl2.learn.settings import RunSeeds
+from dl2.learn.settings import FinetuneRuns
 from dl2.learn.workflow import model_name
 from dl2.metrics import lower_bound_jct
 from dl2.schedulers.builtin import simulate_builtin
@@ -23,7 +23,7 @@ RUN_LABELS = {"sl-rl": "dl2", "rl-only": "rl-only", "offline-rl": "offline-rl"} 
 REFERENCES = {"DRF": "drf", "Optimus": "optimus", "SL only": "sl-only"}  # Fig. 10's reference lines
 
 
-def load_learned(models: Path, runs: RunSeeds) -> dict[str, dict[int, DL2Policy]]:
+def load_learned(models: Path, runs: FinetuneRuns) -> dict[str, dict[int, DL2Policy]]:
     """The fine-tuned policies under `models/finetune/` by label (`RUN_LABELS`) and seed, and the pretrained
     policy alone (`sl-only`)."""
     learned = {RUN_LABELS[run]: {seed: DL2Policy.load(models / "finetune" / f"{model_name(run, seed)}.pt") for seed in runs.seeds}

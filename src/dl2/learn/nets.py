@@ -1,63 +1,13 @@
-"""Policy and value networks: fully connected, configurable depth, width, activation and batch norm."""
+"""Policy and value networks: fully connected, configurable depth, width, activation and batch norm, built from
+their architecture (`dl2.learn.architecture`)."""
 
 from __future__ import annotations
-
-from dataclasses import asdict, dataclass
 
 import torch
 from torch import nn
 
-from dl2.errors import Dl2Error
+from dl2.learn.architecture import ACTIVATIONS, NET_PRESETS, NetConfig, net_config
 from dl2.learn.features import feature_size
-
-ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "leaky_relu": nn.LeakyReLU, "elu": nn.ELU}
-
-
-@dataclass(frozen=True)
-class NetConfig:
-    """Architecture of both networks; `window` jobs in, `3*window + 1` actions out."""
-
-    window: int = 20
-    hidden: tuple[int, ...] = (256, 256)
-    activation: str = "relu"
-    batch_norm: bool = False
-    one_hot: bool = True  # job type one-hot (paper) or one integer feature (authors' code)
-    per_job: bool = False  # one network shared by every window position (dl2's addition) instead of one MLP
-
-    def __post_init__(self):
-        if self.activation not in ACTIVATIONS:
-            raise Dl2Error(f"activation: expected one of {', '.join(ACTIVATIONS)}, got {self.activation!r}")
-        if self.window <= 0 or not self.hidden or min(self.hidden) <= 0:
-            raise Dl2Error(f"network: window and hidden sizes must be positive, got {self.window}, {self.hidden}")
-        if self.per_job and self.batch_norm:
-            raise Dl2Error("network: a per-job network has no batch norm; set batch_norm off or per_job off")
-
-    @property
-    def num_inputs(self) -> int:
-        return feature_size(self.window, self.one_hot)
-
-    @property
-    def num_actions(self) -> int:
-        return 3 * self.window + 1
-
-    def to_dict(self) -> dict:
-        return {**asdict(self), "hidden": list(self.hidden)}
-
-
-NET_PRESETS = {
-    "paper": NetConfig(hidden=(256, 256)),
-    "code": NetConfig(hidden=(160, 160), batch_norm=True, one_hot=False),
-    "per-job": NetConfig(hidden=(128, 128), per_job=True),
-}
-
-
-def net_config(preset: str = "paper", **overrides) -> NetConfig:
-    """A preset architecture with some fields replaced (e.g. `window=40`)."""
-    if preset not in NET_PRESETS:
-        raise Dl2Error(f"unknown network preset {preset!r} (known: {', '.join(NET_PRESETS)})")
-    base = asdict(NET_PRESETS[preset])
-    base.update({k: (tuple(v) if k == "hidden" else v) for k, v in overrides.items() if v is not None})
-    return NetConfig(**base)
 
 
 class MLP(nn.Module):
@@ -71,7 +21,7 @@ class MLP(nn.Module):
             layers.append(nn.Linear(width, size))
             if config.batch_norm:
                 layers.append(nn.BatchNorm1d(size))
-            layers.append(ACTIVATIONS[config.activation]())
+            layers.append(_activation(config))
             width = size
         layers.append(nn.Linear(width, outputs))
         self.body = nn.Sequential(*layers)
@@ -97,7 +47,7 @@ class PerJobNet(nn.Module):
         sizes = [self.features, *config.hidden]
         self.layers = nn.ModuleList(nn.Linear(sizes[0] if k == 0 else 2 * sizes[k], sizes[k + 1])
                                     for k in range(len(config.hidden)))
-        self.activation = ACTIVATIONS[config.activation]()
+        self.activation = _activation(config)
         self.job_head = nn.Linear(sizes[-1], 3)
         self.pool_head = nn.Linear(sizes[-1], 1)
 
@@ -115,6 +65,10 @@ class PerJobNet(nn.Module):
         if self.value:
             return self.pool_head(pooled)
         return torch.cat([self.job_head(h).flatten(1), self.pool_head(pooled)], dim=-1)
+
+
+def _activation(config: NetConfig) -> nn.Module:
+    return getattr(nn, ACTIVATIONS[config.activation])()
 
 
 def policy_net(config: NetConfig) -> nn.Module:

@@ -21,6 +21,7 @@ from torch import nn
 
 from dl2.learn.nets import masked_log_probs
 from dl2.learn.ppo_rollout import Rollout, collect, policy_log_probs, slot_discount
+from dl2.learn.settings import PPOSettings
 from dl2.learn.trainer import Trainer
 from dl2.sim.scenario import Scenario
 
@@ -81,6 +82,8 @@ def clipped_update(policy_net: nn.Module, value_net: nn.Module | None, optimizer
 
 
 class PPOTrainer(Trainer):
+    config: PPOSettings
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         c = self.config

@@ -13,7 +13,8 @@ import torch
 from dl2.learn.agent import DL2Policy
 from dl2.learn.env import DecisionEnv
 from dl2.learn.nets import masked_log_probs
-from dl2.learn.trainer import RLConfig, sample_actions
+from dl2.learn.settings import LearnerSettings
+from dl2.learn.trainer import sample_actions
 from dl2.sim.state import NUM_FEATURES
 
 
@@ -45,7 +46,7 @@ def policy_log_probs(policy: DL2Policy, states: np.ndarray, masks: np.ndarray) -
     return masked_log_probs(policy.net(policy.inputs(states)), torch.from_numpy(masks)).numpy()
 
 
-def slot_discount(config: RLConfig) -> float:
+def slot_discount(config: LearnerSettings) -> float:
     """The discount where a slot ends (none with the slot critic, as in the authors' code)."""
     return 0.0 if config.critic == "slot" else config.gamma
 

@@ -4,33 +4,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 import torch
 from torch import nn
 
-from dl2.config import Checked, bounded, choice
 from dl2.learn.agent import DL2Policy, masks_from_states
-from dl2.learn.nets import NetConfig, masked_log_probs
+from dl2.learn.architecture import NetConfig
+from dl2.learn.nets import masked_log_probs
 from dl2.learn.rollout import run_policy
-from dl2.schedulers.builtin import BUILTIN_POLICIES, simulate_builtin
+from dl2.learn.settings import PretrainConfig
+from dl2.schedulers.builtin import simulate_builtin
 from dl2.sim.scenario import Scenario
 from dl2.workload.traces import Trace
-
-
-@dataclass(frozen=True)
-class PretrainConfig(Checked):
-    """The `pretrain` section."""
-
-    teacher: str = choice(*BUILTIN_POLICIES)
-    epochs: int = bounded(at_least=1)
-    batch_size: int = bounded(at_least=1)
-    lr: float = bounded(above=0)
-    seed: int = bounded(at_least=0)
-    eval_every: int = bounded(at_least=1)  # epochs between validation-JCT measurements
-    label_smoothing: float = bounded(at_least=0, below=1)  # weight spread over the legal actions, so RL can still explore
 
 
 def teacher_decisions(traces: Sequence[Trace], scenario: Scenario, teacher: str, window: int) -> tuple[np.ndarray, np.ndarray]:

@@ -3,8 +3,8 @@
 `Trainer` holds a run: the policy and a value network, `num_envs` training environments ("clusters")
 stepped in lockstep, the validation and selection traces, and the loop that alternates the learner's
 `step()` with validation and checkpoints. The learners are subclasses: `ActorCriticTrainer`
-(`dl2.learn.actor_critic`, the paper's) and `PPOTrainer` (`dl2.learn.ppo`); `make_trainer` picks one by
-`RLConfig.algorithm`.
+(`dl2.learn.actor_critic`, the paper's) and `PPOTrainer` (`dl2.learn.ppo`), each reading its own settings
+(`dl2.learn.settings`); `make_trainer` picks one by the settings' `algorithm`.
 
 With selection traces (held out from training, and from validation), every validation also runs the
 policy greedily on them, in the training world (OfflineRL never sees measured speeds), and the trainer
@@ -22,66 +22,21 @@ import copy
 import pickle
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
-from dl2.config import Checked, bounded, choice
 from dl2.errors import Dl2Error
 from dl2.learn.agent import DL2Policy
 from dl2.learn.env import DecisionEnv
 from dl2.learn.nets import value_net
 from dl2.learn.rollout import run_policy
+from dl2.learn.settings import LearnerSettings
 from dl2.paths import atomic_path
 from dl2.sim.scenario import Scenario
 from dl2.workload.traces import Trace
-
-ALGORITHMS = ("actor-critic", "ppo")
-
-
-@dataclass(frozen=True)
-class RLConfig(Checked):
-    """A fine-tuning run's settings: `params.yaml`'s `finetune` section (but its plan keys) and the run's seed."""
-
-    algorithm: str = choice(*ALGORITHMS)  # actor-critic (the paper's learner) | ppo (per-decision credit, on-policy)
-    updates: int = bounded(at_least=1)  # learner updates: actor-critic, one per `num_envs` completed slots; ppo, one per rollout
-    num_envs: int = bounded(at_least=1)  # parallel clusters feeding one learner
-    lr: float = bounded(at_least=0)
-    lr_schedule: str = choice("constant", "linear")  # linear: decays to 0 at the last update
-    entropy: float = bounded(at_least=0)
-    batch_size: int = bounded(at_least=1)  # ppo: minibatch; actor-critic: replay batch
-    critic: str = choice("slot", "td", "off")  # slot (authors' code) | td (paper) | off (moving-average baseline)
-    gamma: float = bounded(at_least=0, at_most=1)
-    reward: str = choice("slot", "job")  # actor-critic: every decision gets the slot's reward | job: its job's share
-    replay: str = choice("off", "uniform", "prioritized")  # actor-critic only
-    replay_size: int = bounded(at_least=1)
-    learn_start: int = bounded(at_least=1)  # decisions buffered before the first update
-    exploration: str = choice("off", "paper", "code", "epsilon")  # actor-critic only
-    learn_rule_actions: bool  # actor-critic: the policy gradient also follows the actions exploration chose (the authors' code)
-    epsilon: float = bounded(at_least=0, below=1)
-    shaping: str = choice("off", "env", "analytical")  # ppo: potential from no model | the training world's speeds | analytical
-    gae_lambda: float = bounded(at_least=0, at_most=1)  # ppo
-    clip: float = bounded(above=0)  # ppo
-    ppo_epochs: int = bounded(at_least=1)  # ppo: passes over each rollout
-    rollout_length: int = bounded(at_least=1)  # ppo: decisions per environment per update
-    validate_every: int = bounded(at_least=1)
-    checkpoint_every: int = bounded(at_least=1)
-    select_traces: int = bounded(at_least=0)  # held-out traces to keep the best validated weights on (0: the last weights)
-    seed: int = bounded(at_least=0)
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.algorithm == "ppo":
-            for key in ("exploration", "replay"):
-                if getattr(self, key) != "off":
-                    raise Dl2Error(f"{key}: algorithm ppo learns on-policy, set {key}: off (got {getattr(self, key)!r})")
-            if self.reward != "slot":
-                raise Dl2Error(f"reward: algorithm ppo credits each decision itself, set reward: slot (got {self.reward!r})")
-        elif self.shaping != "off":
-            raise Dl2Error(f"shaping: only algorithm ppo shapes rewards, set shaping: off (got {self.shaping!r})")
 
 
 def sample_actions(probs: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
@@ -96,22 +51,23 @@ class Trainer:
     `step()` (collect experience and update) and list their optimizers in `optimizers`."""
 
     def __init__(self, policy: DL2Policy, train: Sequence[Trace], validation: Sequence[Trace], scenario: Scenario,
-                 config: RLConfig, validation_scenario: Scenario | None = None, tag: str = "",
+                 config: LearnerSettings, seed: int, validation_scenario: Scenario | None = None, tag: str = "",
                  make_env: Callable[..., DecisionEnv] = DecisionEnv, selection: Sequence[Trace] = ()):
-        """`validation_scenario` defaults to `scenario` (OfflineRL trains on analytical speeds, validates on
-        measured ones); `tag` identifies the run, so a checkpoint of another run is never resumed;
+        """`config`: the learner's settings, as `params.yaml` gives them; `seed`: the run's. `validation_scenario`
+        defaults to `scenario` (OfflineRL trains on analytical speeds, validates on measured ones); `tag`
+        identifies the run, so a checkpoint of another run is never resumed;
         `make_env(traces, scenario, window, seed=...)` builds each training cluster (another backend's
         environment with `DecisionEnv`'s interface plugs in here); `selection`: the traces the kept weights
         are chosen on (none: keep the last)."""
-        self.config, self.policy, self.validation, self.scenario = config, policy, list(validation), scenario
+        self.config, self.seed, self.policy, self.validation, self.scenario = config, seed, policy, list(validation), scenario
         self.selection = list(selection)
         self.best: tuple[float, int, dict] | None = None  # (selection JCT, update, policy weights)
         self.validation_scenario = validation_scenario or scenario
         self.tag = tag
-        torch.manual_seed(config.seed)
+        torch.manual_seed(seed)
         self.value = value_net(policy.config)
         self.optimizers: list[torch.optim.Optimizer] = []
-        seeds = np.random.SeedSequence(config.seed).spawn(config.num_envs + 1)
+        seeds = np.random.SeedSequence(seed).spawn(config.num_envs + 1)
         self.envs = [make_env(train, scenario, policy.config.window, seed=int(s.generate_state(1)[0])) for s in seeds[1:]]
         self.rng = np.random.default_rng(seeds[0])
         self.updates = 0
@@ -174,7 +130,7 @@ class Trainer:
         return self.rng.random((rows, 1))
 
     def _validate(self, seconds: float) -> dict:
-        sampled = run_policy(self.policy, self.validation, self.validation_scenario, greedy=False, seed=self.config.seed)
+        sampled = run_policy(self.policy, self.validation, self.validation_scenario, greedy=False, seed=self.seed)
         greedy = run_policy(self.policy, self.validation, self.validation_scenario, greedy=True)
         row = {"update": self.updates, "decisions": self.decisions, "val_jct_sampled": float(np.mean(sampled.avg_jct)),
                "val_jct_greedy": float(np.mean(greedy.avg_jct)),

@@ -10,7 +10,6 @@ import functools
 import hashlib
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -21,11 +20,11 @@ from dl2.distributed.executor import LOCAL, Executor
 from dl2.distributed.jobs import run_jobs
 from dl2.errors import Dl2Error
 from dl2.learn.agent import DL2Policy
+from dl2.learn.architecture import NetConfig, net_config
 from dl2.learn.env import DecisionEnv
 from dl2.learn.learners import make_trainer
-from dl2.learn.nets import NET_PRESETS, NetConfig, net_config
-from dl2.learn.settings import RUNS, FinetunePlan, LearnSettings
-from dl2.learn.trainer import RLConfig, Trainer
+from dl2.learn.settings import RUNS, FinetunePlan, LearnerSettings, LearnSettings
+from dl2.learn.trainer import Trainer
 from dl2.sim.scenario import Scenario, SimOptions
 from dl2.workload.traces import Trace, generate_trace
 
@@ -41,14 +40,6 @@ def model_name(run: str, seed: int) -> str:
 def network(settings: LearnSettings) -> NetConfig:
     return net_config(settings.network, window=settings.window, hidden=settings.hidden, one_hot=settings.one_hot,
                       batch_norm=settings.batch_norm)
-
-
-def canonical(settings: LearnSettings) -> LearnSettings:
-    """`settings` with each network override that repeats its preset's value dropped: two settings that
-    build the same network are then equal (`hidden: [128, 128]` on the per-job network is no override)."""
-    preset = NET_PRESETS[settings.network]
-    return replace(settings, **{key: None for key in ("hidden", "one_hot", "batch_norm")
-                                if getattr(settings, key) == getattr(preset, key)})
 
 
 def scenario(settings: LearnSettings, speed_model: str = "measured") -> Scenario:
@@ -87,20 +78,21 @@ def simulator_environments(run: str) -> EnvFactory:
     return DecisionEnv
 
 
-def finetune_run(name: str, settings: LearnSettings, rl: RLConfig, pretrained: DL2Policy | None, checkpoint: Path,
-                 make_env: EnvFactory = DecisionEnv, backend: str = "sim",
+def finetune_run(name: str, seed: int, settings: LearnSettings, learner: LearnerSettings, pretrained: DL2Policy | None,
+                 checkpoint: Path, make_env: EnvFactory = DecisionEnv, backend: str = "sim",
                  on_row: Callable[[dict], None] | None = None, executor: Executor = LOCAL) -> tuple[DL2Policy, pd.DataFrame]:
-    """One RL run of `RUNS`, resuming from `checkpoint` when it holds this very run (else starting over); training in the
-    environments `make_env` builds (`backend` names them: a checkpoint of another backend is not resumed),
-    validation on the simulator with measured speeds. Returns the chosen policy (`RLConfig.select_traces`)
-    and the validation history, whose `chosen` column marks the update it comes from. `pretrained` may be
-    None for a run that starts from scratch (`rl-only`). With `executor.cluster_actors`, the training
-    clusters live on Ray actors (the same results)."""
-    speed_model, from_pretrained = RUNS[name]
+    """One RL run of `RUNS` seeded `seed`, its learner's settings `learner`, resuming from `checkpoint` when it
+    holds this very run (else starting over); training in the environments `make_env` builds (`backend`
+    names them: a checkpoint of another backend is not resumed), validation on the simulator with measured
+    speeds. Returns the chosen policy (`LearnerSettings.select_traces`) and the validation history, whose
+    `chosen` column marks the update it comes from. `pretrained` may be None for a run that starts from
+    scratch (`rl-only`). With `executor.cluster_actors`, the training clusters live on Ray actors (the
+    same results)."""
+    run = RUNS[name]
     measured = scenario(settings)
-    world = scenario(settings, speed_model)
+    world = scenario(settings, run.speed_model)
     train, validation = split_traces(settings, measured)
-    tag = repr((name, settings, rl, backend, _weights_digest(pretrained) if from_pretrained else None))
+    tag = repr((name, seed, settings, learner, backend, _weights_digest(pretrained) if run.pretrained else None))
     trainer = None
     if checkpoint.is_file():
         try:
@@ -110,11 +102,11 @@ def finetune_run(name: str, settings: LearnSettings, rl: RLConfig, pretrained: D
         if trainer is not None and trainer.tag != tag:
             trainer = None
     if trainer is None:
-        torch.manual_seed(rl.seed)
-        start = DL2Policy.load_state(pretrained) if from_pretrained else \
+        torch.manual_seed(seed)
+        start = DL2Policy.load_state(pretrained) if run.pretrained else \
             DL2Policy(network(settings), measured.preset.max_tasks, settings.assign_bundle)
-        trainer = make_trainer(start, train, validation, world, rl, validation_scenario=measured, tag=tag,
-                               make_env=make_env, selection=selection_traces(settings, measured, rl.select_traces))
+        trainer = make_trainer(start, train, validation, world, learner, seed, validation_scenario=measured, tag=tag,
+                               make_env=make_env, selection=selection_traces(settings, measured, learner.select_traces))
     trainer, history = _train(trainer, checkpoint, on_row, executor)
     return trainer.chosen_policy(), history.assign(run=name, chosen=history["update"] == trainer.chosen_update)
 
@@ -152,18 +144,18 @@ def finetune_all(plan: FinetunePlan, settings: LearnSettings, pretrained: DL2Pol
     seeds itself, so the results are those of one process), and their rows are passed on as each run ends;
     with `executor.cluster_actors`, one after another here, each learner's clusters on Ray actors.
     On a testbed, the runs train one after another in this process."""
-    jobs = [(run, seed, replace(plan.config, seed=seed)) for run in plan.runs for seed in plan.seeds]
+    jobs = [(run, seed) for run in plan.runs for seed in plan.seeds]
     workers = plan.processes if plan.backend == "sim" else 1
     executor = executor if plan.backend == "sim" else LOCAL
     runs_on, actors = executor, LOCAL
     if executor.cluster_actors:  # runs one after another in this process, each over Ray actors
         runs_on, actors, workers = LOCAL, executor, 1
     live = on_row is not None and runs_on.kind == "local" and min(workers, len(jobs)) <= 1  # rows as they come, here
-    args = [(name, settings, config, pretrained, checkpoints / f"{model_name(name, seed)}.ckpt", environments(name),
+    args = [(name, seed, settings, plan.learner, pretrained, checkpoints / f"{model_name(name, seed)}.ckpt", environments(name),
              plan.backend, functools.partial(on_row, model_name(name, seed)) if live else None, actors)
-            for name, seed, config in jobs]
+            for name, seed in jobs]
     for index, (policy, history) in run_jobs(finetune_run, args, workers, executor=runs_on):
-        name, seed, _ = jobs[index]
+        name, seed = jobs[index]
         if on_row is not None and not live:
             for row in history.drop(columns=["run", "chosen"]).to_dict(orient="records"):
                 on_row(model_name(name, seed), row)

@@ -7,6 +7,7 @@ import numpy as np
 from dl2.errors import Dl2Error
 from dl2.schedulers.base import Allocation, Observation
 from dl2.schedulers.heuristics import POLICY_IDS, run_heuristic, run_to_completion
+from dl2.schedulers.names import check_policy
 from dl2.sim import engine
 from dl2.sim.result import Decisions, SimResult, sim_result
 from dl2.sim.scenario import Scenario
@@ -36,8 +37,7 @@ class BuiltinScheduler:
 def simulate_builtin(trace: Trace, name: str, scenario: Scenario, record_window: int | None = None) -> SimResult:
     """`trace` to completion under built-in policy `name`, compiled end to end; with `record_window`, its
     decisions in DL2's action space for a window of that size are returned too."""
-    if name not in POLICY_IDS:
-        raise Dl2Error(f"unknown built-in policy {name!r} (known: {', '.join(BUILTIN_POLICIES)})")
+    name = check_policy(name, BUILTIN_POLICIES)
     p, o = scenario.preset, scenario.options
     capacity = 0 if record_window is None else 64 * len(trace)
     while True:

@@ -9,6 +9,7 @@ from pathlib import Path
 from dl2.errors import Dl2Error
 from dl2.schedulers.base import Scheduler
 from dl2.schedulers.builtin import BUILTIN_POLICIES, BuiltinScheduler
+from dl2.schedulers.names import check_policy
 
 
 def policy_names() -> tuple[str, ...]:
@@ -43,14 +44,12 @@ def load_class(spec: str) -> type:
 def get_scheduler(name: str) -> Scheduler:
     """A built-in policy (fifo, srtf, drf, tetris, optimus) or a user class `module:Class` (`file.py:Class`);
     saved DL2 models load through `dl2.backends.load_scheduler`."""
-    key = name.lower()
-    if key in BUILTIN_POLICIES:
-        return BuiltinScheduler(key)
-    if ":" in name:
-        scheduler = load_class(name)()
-        if not callable(getattr(scheduler, "schedule", None)):
-            raise Dl2Error(f"{name} has no schedule(obs) method")
-        if not hasattr(scheduler, "name"):
-            scheduler.name = name
-        return scheduler
-    raise Dl2Error(f"unknown policy {name!r} (known: {', '.join(BUILTIN_POLICIES)}, or module:Class)")
+    name = check_policy(name, BUILTIN_POLICIES, classes=True)
+    if name in BUILTIN_POLICIES:
+        return BuiltinScheduler(name)
+    scheduler = load_class(name)()
+    if not callable(getattr(scheduler, "schedule", None)):
+        raise Dl2Error(f"{name} has no schedule(obs) method")
+    if not hasattr(scheduler, "name"):
+        scheduler.name = name
+    return scheduler

@@ -24,7 +24,7 @@ from dl2.learn.ablations.plan import AblationPlan, Cell
 from dl2.learn.agent import DL2Policy
 from dl2.learn.pretrain import pretrain
 from dl2.learn.rollout import run_policy
-from dl2.learn.settings import LearnSettings
+from dl2.learn.settings import RUNS, LearnSettings
 from dl2.metrics import lower_bound_jct
 from dl2.paths import write_json_atomic
 from dl2.schedulers.builtin import simulate_builtin
@@ -51,11 +51,11 @@ def run_cell(cell: Cell, seed: int, out_dir: Path) -> dict:
     measured = workflow.scenario(settings)
     train, validation = workflow.split_traces(settings, measured)
     checkpoint = out_dir / f"{cell.label}-s{seed}.ckpt"  # removed by `run_plans` once the result is stored
-    policy = None if cell.run == "rl-only" else _pretrained(cell, seed, settings, train, validation, measured,
-                                                             out_dir.parent / "pretrained")
+    run = RUNS[cell.run]
+    policy = _pretrained(cell, seed, settings, train, validation, measured, out_dir.parent / "pretrained") if run.pretrained else None
     history = pd.DataFrame()
-    if cell.run != "sl-only":
-        policy, history = workflow.finetune_run(cell.run, settings, replace(cell.finetune, seed=seed), policy, checkpoint)
+    if run.speed_model is not None:  # fine-tuned
+        policy, history = workflow.finetune_run(cell.run, seed, settings, cell.finetune, policy, checkpoint)
         history = history.drop(columns=["run", "chosen"])
     greedy = run_policy(policy, validation, measured, greedy=True).avg_jct
     sampled = run_policy(policy, validation, measured, greedy=False, seed=seed).avg_jct
@@ -75,7 +75,7 @@ def _pretrained(cell: Cell, seed: int, settings: LearnSettings, train: list[Trac
     """The cell's pretrained policy, shared by every cell of the group that pretrains alike (most change only
     fine-tuning): stored under `store`, keyed by the learn settings (canonical: an override that repeats
     the network's own value is none), the pretraining config and the seed."""
-    key = repr((workflow.canonical(settings), cell.pretrain, seed))
+    key = repr((settings.canonical(), cell.pretrain, seed))
     path = store / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.pt"
     if path.is_file():
         return DL2Policy.load(path)

@@ -4,8 +4,9 @@ sections, checked and typed as the stages check theirs.
 `params.yaml`'s `ablations` section holds the axes and their groups. A cell's sections are the main ones,
 then the scale's (`ablations.scales[scale]`), then the axis's own `base`, then the axis's own budget at
 that scale (`scales[scale]` inside the axis, for an axis that needs another training length than the
-others), then the cell's overrides; the cell also names the `run` it trains: `sl-rl` (DL2), `rl-only`,
-`offline-rl` or `sl-only` (the pretrained policy alone). Every cell runs once per seed in `ablations.seeds`.
+others), then the cell's overrides; the cell also names the run of `RUNS` it trains: `sl-rl` (DL2, the
+default), `rl-only`, `offline-rl` or `sl-only` (the pretrained policy alone). Every cell runs once per
+seed in `ablations.seeds`.
 """
 
 from __future__ import annotations
@@ -18,13 +19,9 @@ from typing import Any
 
 from dl2.config import Checked, bounded, typed
 from dl2.errors import Dl2Error
-from dl2.learn import workflow
-from dl2.learn.pretrain import PretrainConfig
-from dl2.learn.settings import LearnSettings, finetune_plan, learn_settings, pretrain_config
-from dl2.learn.trainer import RLConfig
+from dl2.learn.settings import RUNS, LearnerSettings, LearnSettings, PretrainConfig, finetune_plan, learn_settings, pretrain_config
 from dl2.workload.presets import Preset
 
-RUNS = ("sl-rl", "rl-only", "offline-rl", "sl-only")
 SECTIONS = ("learn", "pretrain", "finetune")
 
 
@@ -57,14 +54,14 @@ class Cell:
     params: dict  # learn, pretrain, finetune sections after every override (logged to MLflow)
     settings: LearnSettings
     pretrain: PretrainConfig
-    finetune: RLConfig
+    finetune: LearnerSettings
 
     def digest(self, seed: int) -> str:
         """Identifies what this cell computes with `seed`: a stored result with another digest is stale. It
         hashes the typed settings the cell trains with (network overrides that repeat the network's own
         values dropped), so keys that change only how runs are scheduled (`finetune.workers`, `runs`,
         `seeds`) leave stored results valid."""
-        text = repr((self.run, workflow.canonical(self.settings), self.pretrain, self.finetune, seed))
+        text = repr((self.run, self.settings.canonical(), self.pretrain, self.finetune, seed))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -118,7 +115,7 @@ def plan_axis(ablations: AblationSettings, axis: str, sections: Mapping[str, Any
         cell = _merge(base, overrides, f"{where}: {at}")
         cells.append(Cell(axis, str(label), run, cell, learn_settings(cell["learn"], presets, where, f"{at}: learn"),
                           pretrain_config(cell["pretrain"], where, f"{at}: pretrain"),
-                          finetune_plan(cell["finetune"], where, f"{at}: finetune").config))
+                          finetune_plan(cell["finetune"], where, f"{at}: finetune").learner))
     reference = str(spec.get("reference", cells[0].label))
     if reference not in {c.label for c in cells}:
         raise Dl2Error(f"{where}: ablations.axes.{axis}.reference: {reference!r} is not one of the axis's cells")
