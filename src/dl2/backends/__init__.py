@@ -7,19 +7,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dl2.errors import Dl2Error
 from dl2.schedulers.base import Scheduler
 from dl2.schedulers.builtin import BUILTIN_POLICIES
+from dl2.schedulers.names import MODEL_SUFFIX, check_policy
 from dl2.schedulers.registry import get_scheduler
 
 
 def load_scheduler(name: str) -> Scheduler:
     """A scheduler by name: a built-in heuristic, a user's class (`module:Class`, `file.py:Class`), or a
     saved DL2 model (`*.pt`, acting greedily, as `evaluate` reports it)."""
-    if name.lower().endswith(".pt"):
+    name = check_policy(name, BUILTIN_POLICIES, classes=True, models=True)
+    if name.lower().endswith(MODEL_SUFFIX):
         from dl2.learn.agent import DL2Scheduler  # torch, only for a model
 
         return DL2Scheduler.load(name, name=Path(name).stem)
-    if name.lower() not in BUILTIN_POLICIES and ":" not in name:
-        raise Dl2Error(f"unknown policy {name!r} (known: {', '.join(BUILTIN_POLICIES)}, module:Class, or a saved DL2 model *.pt)")
     return get_scheduler(name)

@@ -21,7 +21,7 @@ from dl2.errors import Dl2Error
 from dl2.kube.client import Kube
 from dl2.kube.resources import PodCluster, create_nodes, ensure_namespace
 from dl2.learn.env import BackendEnv
-from dl2.learn.settings import BACKENDS
+from dl2.learn.settings import check_backend
 from dl2.learn.workflow import EnvFactory, simulator_environments
 from dl2.sim.scenario import Scenario
 from dl2.workload.traces import Trace
@@ -110,9 +110,7 @@ def training_environments(backend: str, kubeconfig: str | Path | None = None,
     """Where `finetune.backend` trains: `environments(run)` gives each run its environments. `sim`: the
     simulator; `k8s`: the local testbed at `kubeconfig`; `kind`: the cluster `pods`, whose pods train.
     `dl2.testbed.running.connection(backend)` gives the running testbed's `kubeconfig` or `pods`."""
-    if backend not in BACKENDS:
-        raise Dl2Error(f"finetune.backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
-    if backend == "sim":
+    if check_backend(backend) == "sim":
         return simulator_environments
     if backend == "k8s":
         if kubeconfig is None:
