@@ -19,6 +19,14 @@ from dl2.schedulers.builtin import simulate_builtin
 from dl2.sim.scenario import Scenario
 from dl2.workload.traces import Trace
 
+# torch threads of the pretrain stage, whatever the machine's cores. The per-job network's CPU kernels
+# round by torch's thread count: its pretrained weights differ with 1, 2 and 4 threads, and the validation
+# JCTs of paper-long's pretrained policy by up to 2.8% between 1 and 2. Left at torch's default, the stage
+# took the machine's core count. 2 is the count the published models were pretrained with (the development
+# machine's two cores; torch runs 2 threads on fewer cores too). The ablation cells, `dl2 bench` and the
+# tests pretrain on 1 thread, as they always have.
+STAGE_THREADS = 2
+
 
 def teacher_decisions(traces: Sequence[Trace], scenario: Scenario, teacher: str, window: int) -> tuple[np.ndarray, np.ndarray]:
     """The teacher's (raw state, action) pairs on every trace, concatenated."""
@@ -36,7 +44,8 @@ def pretrain(train: Sequence[Trace], validation: Sequence[Trace], scenario: Scen
     """Train a policy by cross-entropy on the teacher's decisions; one history row per epoch.
 
     Each row: train/validation loss and accuracy, and the validation average JCT of the network
-    (greedy and sampled) beside the teacher's.
+    (greedy and sampled) beside the teacher's. The weights depend on torch's thread count, which the
+    caller pins (`STAGE_THREADS`).
     """
     torch.manual_seed(config.seed)
     policy = DL2Policy(net, scenario.preset.max_tasks, scenario.options.assign_bundle)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from dl2.errors import Dl2Error
 from dl2.paths import REFERENCE_DIR, TESTBED_DIR
@@ -29,6 +30,11 @@ SPEED_FILES = {
     "dev_snapshot": REFERENCE_DIR / "dl2_speed_dev_snapshot.txt",
     "testbed": TESTBED_DIR / "speed.txt",  # profiled on the kind testbed (`dl2 testbed profile`)
 }
+# BLAS threads of the interpolant's fit, whatever the machine's cores. OpenBLAS splits the LU of a system
+# of 100 points or more by its thread count, and each count rounds differently (1, 2, 3, 4, 8 and 16 all
+# differ in the last bits). 2 is the count every published result was fitted with (the development
+# machine's two cores); OpenBLAS runs that count on a machine with fewer cores too.
+FIT_BLAS_THREADS = 2
 
 
 class SpeedModel(Protocol):
@@ -68,12 +74,14 @@ def read_measurements(path: str | Path) -> dict[str, np.ndarray]:
 
 
 class LinearRbf:
-    """`f(x) = sum_i c_i * ||x - x_i||` through the given points (no polynomial term, no smoothing)."""
+    """`f(x) = sum_i c_i * ||x - x_i||` through the given points (no polynomial term, no smoothing), fitted
+    on `FIT_BLAS_THREADS` BLAS threads so that the same points give the same weights whatever the cores."""
 
     def __init__(self, points: np.ndarray, values: np.ndarray):
         self.points = np.asarray(points, dtype=np.float64)
         phi = np.linalg.norm(self.points[:, None, :] - self.points[None, :, :], axis=-1)
-        self.weights = np.linalg.solve(phi, np.asarray(values, dtype=np.float64))
+        with threadpool_limits(limits=FIT_BLAS_THREADS, user_api="blas"):
+            self.weights = np.linalg.solve(phi, np.asarray(values, dtype=np.float64))
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """Evaluate at points `x` of shape (n, 2)."""
