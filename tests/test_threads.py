@@ -31,9 +31,9 @@ CHILD = """
 
     from dl2.learn.learners import make_trainer
     from dl2.learn.nets import net_config
-    from dl2.learn.pretrain import STAGE_THREADS, PretrainConfig, pretrain
+    from dl2.learn.pretrain import STAGE_THREADS, pretrain
     from dl2.learn.rollout import run_policy
-    from dl2.learn.trainer import RLConfig
+    from dl2.learn.settings import PPOSettings, PretrainConfig
     from dl2.schedulers.builtin import simulate_builtin
     from dl2.sim.scenario import Scenario, SimOptions
     from dl2.workload.presets import get_preset
@@ -59,11 +59,10 @@ CHILD = """
                                                                           seed=0, eval_every=1, label_smoothing=0.2))
     digest("pretrain/weights", *(p.detach().numpy() for p in policy.net.state_dict().values()))
     torch.set_num_threads(threads)
-    rl = RLConfig(algorithm="ppo", updates=2, num_envs=2, lr=0.003, lr_schedule="linear", entropy=0.005, batch_size=64,
-                  critic="slot", gamma=0.9, reward="slot", replay="off", replay_size=8192, learn_start=1024, exploration="off",
-                  learn_rule_actions=True, epsilon=0.4, shaping="env", gae_lambda=0.95, clip=0.2, ppo_epochs=2,
-                  rollout_length=32, validate_every=2, checkpoint_every=2, select_traces=0, seed=0)
-    trainer = make_trainer(policy, traces[:2], traces[2:], dev, rl)
+    rl = PPOSettings(updates=2, num_envs=2, lr=0.003, lr_schedule="linear", entropy=0.005, batch_size=64, critic="slot",
+                     gamma=0.9, validate_every=2, checkpoint_every=2, select_traces=0, shaping="env", gae_lambda=0.95,
+                     clip=0.2, ppo_epochs=2, rollout_length=32)
+    trainer = make_trainer(policy, traces[:2], traces[2:], dev, rl, seed=0)
     history = trainer.train()
     digest("ppo/weights", *(p.detach().numpy() for p in trainer.policy.net.state_dict().values()))
     digest("ppo/validation", history.val_jct_greedy.to_numpy(float))
