@@ -20,7 +20,7 @@ LAYERS = (
     ("backends and environments: the simulator, Kubernetes, Gymnasium", ("dl2.backends", "dl2.k8s", "dl2.gym_env")),
     ("pipeline and command line", ("dl2.stages", "dl2.stage_configs", "dl2.notebooks", "dl2.tracking", "dl2.plots", "dl2.compare",
                                    "dl2.worlds", "dl2.reproduction", "dl2.sim_to_real", "dl2.publish", "dl2.bench", "dl2.bench_ray",
-                                   "dl2.bench_clusters", "dl2.bench_pollux", "dl2.cli", "dl2.k8s.cli")),
+                                   "dl2.bench_clusters", "dl2.bench_pollux", "dl2.bench_pipeline", "dl2.cli", "dl2.k8s.cli")),
 )
 
 
