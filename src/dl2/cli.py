@@ -112,9 +112,11 @@ def cmd_compare(args: argparse.Namespace) -> None:
 
 
 def cmd_stage(args: argparse.Namespace) -> None:
+    from dl2.bench_pipeline import record_stage_usage
     from dl2.stages import run_stage
 
     print(run_stage(args.stage, args.params, args.data_dir))
+    record_stage_usage(args.stage)  # for `dl2 bench --pipeline`, when it asks
 
 
 def cmd_publish(args: argparse.Namespace) -> None:
@@ -138,8 +140,13 @@ def cmd_publish(args: argparse.Namespace) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
-    if args.ray + args.pollux + args.clusters > 1:
-        raise Dl2Error("--ray, --pollux and --clusters are separate benchmarks: run one at a time")
+    if args.ray + args.pollux + args.clusters + args.pipeline > 1:
+        raise Dl2Error("--ray, --pollux, --clusters and --pipeline are separate benchmarks: run one at a time")
+    if args.pipeline:
+        from dl2.bench_pipeline import pipeline_benchmark
+
+        print(json.dumps(pipeline_benchmark(args.out or Path("bench-pipeline.json")), indent=2))
+        return
     if args.clusters:
         from dl2.bench_clusters import clusters_benchmark
 
@@ -236,6 +243,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--clusters", action="store_true", help="instead: seconds per PPO update with 1 and more training "
                                                                "clusters, one Ray actor and CPU each, and the wall time to the "
                                                                "published clusters axis's target (bench-clusters.json)")
+    bench.add_argument("--pipeline", action="store_true", help="instead: the main command, `uv run --locked dvc repro`, in a "
+                                                               "fresh clone of this commit: wall and CPU seconds in all and per "
+                                                               "stage (bench-pipeline.json)")
     bench.add_argument("--counts", type=int, nargs="+", default=[1, 2], help="--clusters: the cluster counts (default 1 2)")
     bench.set_defaults(func=cmd_bench)
 

@@ -72,7 +72,7 @@ class PolluxParams(Checked):
     loads: tuple[float, ...]  # relative job loads (the artifact ships 0.5, 1.0, 1.5 and 2.0)
     workloads: tuple[int, ...] = bounded(at_least=1, at_most=8)
     seeds: tuple[int, ...] = bounded(at_least=0)  # a randomized policy (pollux) runs once per seed
-    scale: str = choice("reduced", "full")  # reduced: randomized policies only on the reduced_* cells
+    scale: str = choice("reduced", "full")  # reduced: every policy on the reduced_* cells only
     reduced_loads: tuple[float, ...]
     reduced_workloads: tuple[int, ...] = bounded(at_least=1, at_most=8)
     reduced_seeds: tuple[int, ...] = bounded(at_least=0)
@@ -87,12 +87,10 @@ class PolluxParams(Checked):
                 raise Dl2Error(f"{key}: {exc}") from None
 
     def cells(self) -> list[Cell]:
-        """The grid's cells at this scale (`dl2.pollux.grid.plan`)."""
-        reduced = None
+        """The grid's cells at this scale (`dl2.pollux.grid.plan`): the reduced_* ones at the reduced scale."""
         if self.scale == "reduced":
-            reduced = {(load_name(x), w) for x in self.reduced_loads for w in self.reduced_workloads}
-        seeds = self.seeds if self.scale == "full" else self.reduced_seeds
-        return plan(self.policies, self.loads, self.workloads, seeds, reduced)
+            return plan(self.policies, self.reduced_loads, self.reduced_workloads, self.reduced_seeds)
+        return plan(self.policies, self.loads, self.workloads, self.seeds)
 
 
 @dataclass(frozen=True)

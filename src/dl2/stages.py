@@ -20,12 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import papermill
 from mlflow.tracking import MlflowClient
 
 from dl2.config import default_params_path, load_params
 from dl2.errors import Dl2Error
-from dl2.notebooks import execute
 from dl2.paths import atomic_path, repo_root
 from dl2.stage_configs import BUILDERS
 from dl2.tracking import create_stage_run, open_run, tracking_uri
@@ -165,6 +163,10 @@ def load_stage(name: str, params_file: str | Path | None = None, overrides: Mapp
 def run_stage(name: str, params_file: str | Path | None = None, data_dir: str | Path | None = None,
               executed: str | Path | None = None, progress: bool = True) -> Path:
     """Execute stage `name`'s notebook with papermill; returns the executed notebook's path."""
+    import papermill  # here, not at the top: every notebook's kernel imports this module, and needs no papermill
+
+    from dl2.notebooks import execute
+
     root = repo_root()
     params_file = Path(params_file or default_params_path()).resolve()
     stage = load_stage(name, params_file)  # a bad parameter stops here, before any run or file is made

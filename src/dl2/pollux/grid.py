@@ -69,10 +69,8 @@ def load_name(load: float) -> str:
     return name
 
 
-def plan(policies: Sequence[str], loads: Sequence[float], workloads: Sequence[int], seeds: Sequence[int],
-         randomized_cells: set[tuple[str, int]] | None = None) -> list[Cell]:
-    """The cells to run: every policy at every (load, workload); a randomized policy once per seed, and only on
-    `randomized_cells` ((load, workload) pairs) when given, the others once."""
+def plan(policies: Sequence[str], loads: Sequence[float], workloads: Sequence[int], seeds: Sequence[int]) -> list[Cell]:
+    """The cells to run: every policy at every (load, workload); a randomized policy once per seed, the others once."""
     for w in workloads:
         if w not in WORKLOADS:
             raise Dl2Error(f"workloads: the artifact ships workloads 1..8, not {w!r}")
@@ -81,8 +79,6 @@ def plan(policies: Sequence[str], loads: Sequence[float], workloads: Sequence[in
         randomized = policy in RANDOMIZED
         for load in map(load_name, loads):
             for w in workloads:
-                if randomized and randomized_cells is not None and (load, w) not in randomized_cells:
-                    continue
                 cells += [Cell(policy, load, w, s) for s in (seeds if randomized else seeds[:1])]
     return cells
 

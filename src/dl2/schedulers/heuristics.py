@@ -227,7 +227,8 @@ def run_to_completion(policy: int, jobs: Jobs, cl: Cluster, rec: Recorder, table
     n = jobs.model.shape[0]
     prev_workers = np.zeros(n, dtype=np.int64)
     prev_ps = np.zeros(n, dtype=np.int64)
-    done, next_job, slot = 0, 0, 0
+    done = 0
+    next_job = slot = np.int64(0)  # not the literal 0, for which numba would compile every callee a second time
     while done < n:
         if slot >= stats.shape[0]:
             return -1

@@ -83,7 +83,9 @@ class Scenario:
 @lru_cache(maxsize=16)
 def _noisy_table(speed_table: str, speed_model: str, max_tasks: int, slot_seconds: float, noise: float, seed: int) -> np.ndarray:
     table = _table(speed_table, speed_model, max_tasks, slot_seconds)
-    return table * np.random.default_rng(seed).uniform(1.0 - noise, 1.0 + noise, table.shape)
+    noisy = table * np.random.default_rng(seed).uniform(1.0 - noise, 1.0 + noise, table.shape)
+    noisy.setflags(write=False)  # shared by every caller, as `_table`'s is; one array type for numba to compile for
+    return noisy
 
 
 @lru_cache(maxsize=16)

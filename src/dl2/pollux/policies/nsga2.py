@@ -55,7 +55,8 @@ def evaluate(states: np.ndarray, out: np.ndarray, base_state: np.ndarray, factor
                 active_nodes += 1
         total = active_nodes * gpus_per_node
         for j in range(num_jobs):
-            nodes, replicas, moved = 0, 0, False
+            nodes = replicas = np.int64(0)  # not the literal 0, for which numba would compile the callees a second time
+            moved = False
             for n in range(num_nodes):
                 c = states[k, j, n]
                 if c > 0:
@@ -302,7 +303,7 @@ def _offspring(pop: np.ndarray, pop_hashes: np.ndarray, f: np.ndarray, crowding:
     size, num_jobs, num_nodes = pop.shape
     off = np.empty((wanted, num_jobs, num_nodes), dtype=np.int64)
     hashes = np.empty(wanted, dtype=np.int64)
-    count = 0
+    count = np.int64(0)  # as in `evaluate`
     for _ in range(MATING_ROUNDS):
         if count >= wanted:
             break
@@ -345,7 +346,7 @@ def search(initial: np.ndarray, base_state: np.ndarray, max_replicas: np.ndarray
     repair(start, max_replicas, gpus_per_node, rng)
     pop = np.empty_like(start)
     pop_hashes = np.empty(len(start), dtype=np.int64)
-    size = 0
+    size = np.int64(0)  # as in `evaluate`
     for x in start:
         h = _fingerprint(x, weights)
         if _is_new(x, h, pop, pop_hashes, size):
@@ -366,7 +367,7 @@ def search(initial: np.ndarray, base_state: np.ndarray, max_replicas: np.ndarray
         merged = np.concatenate((pop, off))
         merged_hashes = np.concatenate((pop_hashes, off_hashes))
         f_merged = np.concatenate((f, f_off))
-        keep, rank, crowding = survive(f_merged, POP_SIZE, rng)
+        keep, rank, crowding = survive(f_merged, np.int64(POP_SIZE), rng)
         pop, pop_hashes, f = merged[keep], merged_hashes[keep], f_merged[keep]
     best = rank == 0
     return pop[best], f[best]
