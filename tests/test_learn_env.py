@@ -343,8 +343,8 @@ def test_a_learner_trains_alike_on_either_environment():
     from conftest import PPO, rl_config
 
     from dl2.learn.agent import DL2Policy
+    from dl2.learn.architecture import net_config
     from dl2.learn.learners import make_trainer
-    from dl2.learn.nets import net_config
 
     scenario = Scenario(tiny_preset(3, 3, 10), SimOptions(assign_bundle=True, max_slots=2000))
     train, validation = _traces(scenario, 3, seed=4), _traces(scenario, 1, seed=5)

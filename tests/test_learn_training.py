@@ -26,10 +26,11 @@ from dl2.cli import main
 from dl2.config import load_params
 from dl2.errors import Dl2Error
 from dl2.learn.agent import DL2Policy, DL2Scheduler, masks_from_states
+from dl2.learn.architecture import net_config
 from dl2.learn.env import DecisionEnv
 from dl2.learn.exploration import Explorer
 from dl2.learn.learners import LEARNERS, make_trainer
-from dl2.learn.nets import masked_log_probs, net_config
+from dl2.learn.nets import masked_log_probs
 from dl2.learn.pretrain import pretrain, teacher_decisions
 from dl2.learn.replay import Replay, importance_beta
 from dl2.learn.rollout import run_policy

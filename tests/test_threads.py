@@ -30,7 +30,7 @@ CHILD = """
     torch.set_num_threads(threads)
 
     from dl2.learn.learners import make_trainer
-    from dl2.learn.nets import net_config
+    from dl2.learn.architecture import net_config
     from dl2.learn.pretrain import STAGE_THREADS, pretrain
     from dl2.learn.rollout import run_policy
     from dl2.learn.settings import PPOSettings, PretrainConfig

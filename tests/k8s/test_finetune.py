@@ -19,9 +19,9 @@ from dl2.backends.environments import KubeEnvFactory, KubeEnvironments, KubeTrac
 from dl2.errors import Dl2Error
 from dl2.kube.client import load_config
 from dl2.learn.agent import DL2Policy
+from dl2.learn.architecture import net_config
 from dl2.learn.env import BackendEnv, DecisionEnv
 from dl2.learn.learners import make_trainer
-from dl2.learn.nets import net_config
 from dl2.learn.trainer import Trainer
 from dl2.learn.workflow import simulator_environments
 

@@ -18,7 +18,7 @@ from dl2.errors import Dl2Error
 from dl2.kube.jobs import submit_trace, trace_manifests
 from dl2.kube.resources import JOB_LABEL, SCHEDULER_NAME, DL2Job
 from dl2.learn.agent import DL2Policy, DL2Scheduler
-from dl2.learn.nets import net_config
+from dl2.learn.architecture import net_config
 from dl2.schedulers import get_scheduler
 from dl2.testbed.build import ensure_binaries
 

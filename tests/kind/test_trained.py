@@ -28,8 +28,9 @@ from dl2.backends.sim import simulate
 from dl2.backends.workloads import Trained
 from dl2.kube.jobs import job_name, submit_trace
 from dl2.kube.resources import JOB_LABEL, DL2Job
-from dl2.learn.nets import net_config
-from dl2.learn.pretrain import PretrainConfig, pretrain
+from dl2.learn.architecture import net_config
+from dl2.learn.pretrain import pretrain
+from dl2.learn.settings import PretrainConfig
 from dl2.paths import PACKAGE_DIR
 from dl2.sim.scenario import Scenario, SimOptions
 from dl2.sim_to_real.profile import training_processes

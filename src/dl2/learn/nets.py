@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from dl2.learn.architecture import ACTIVATIONS, NET_PRESETS, NetConfig, net_config
+from dl2.learn.architecture import ACTIVATIONS, NetConfig
 from dl2.learn.features import feature_size
 
 
@@ -86,4 +86,3 @@ def masked_log_probs(logits: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(logits.masked_fill(~masks, float("-inf")), dim=-1)
 
 
-__all__ = ["NetConfig", "NET_PRESETS", "net_config", "policy_net", "value_net", "masked_log_probs"]
