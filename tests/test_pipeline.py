@@ -58,17 +58,17 @@ def test_a_failing_stage_is_marked_failed_and_leaves_no_notebook(tmp_path, store
 def test_a_stages_notebook_runs_on_the_keys_dl2_stage_read(tmp_path, store, monkeypatch):
     """`dl2 stage` reads the stage's params once and hands them to the notebook: the kernel does not read the
     params file again (here it is gone by the time the notebook starts)."""
-    import dl2.stages
+    import dl2.notebooks
 
     params = _tiny_params(tmp_path / "params.yaml")
     data = tmp_path / "data"
-    execute = dl2.stages.execute
+    execute = dl2.notebooks.execute
 
     def once_read(*args, **kwargs):
         params.unlink()
         execute(*args, **kwargs)
 
-    monkeypatch.setattr(dl2.stages, "execute", once_read)
+    monkeypatch.setattr(dl2.notebooks, "execute", once_read)
     run_stage("traces", params, data, progress=False)
     assert not params.exists() and len(list((data / "traces" / "paper").glob("trace_*.csv"))) == 2
 
