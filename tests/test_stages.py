@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -137,3 +138,13 @@ def test_every_finetune_backend_has_its_environments(tmp_path):
         pods = PodCluster(tmp_path / "kubeconfig", "dl2", 3, (8, 8), runtime)
         environments = training_environments(backend, kubeconfig=tmp_path / "kubeconfig", pods=pods)  # connects only when used
         assert callable(environments("sl-rl"))
+
+
+@pytest.mark.parametrize(("stage", "section"), [("ablate@learner", "ablations"), ("pollux-baselines", "pollux")])
+def test_a_stage_runs_its_reduced_scale_in_its_own_process_and_its_full_scale_on_every_core(stage, section):
+    def workers(**overrides) -> int:
+        return load_stage(stage, overrides={section: overrides}).config.workers
+
+    assert workers(scale="reduced", workers=0) == 1  # a pool's processes cost more to start than the cells take
+    assert workers(scale="full", workers=0) == os.cpu_count()
+    assert workers(scale="reduced", workers=3) == workers(scale="full", workers=3) == 3

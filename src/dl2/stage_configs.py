@@ -76,7 +76,7 @@ class PolluxParams(Checked):
     reduced_loads: tuple[float, ...]
     reduced_workloads: tuple[int, ...] = bounded(at_least=1, at_most=8)
     reduced_seeds: tuple[int, ...] = bounded(at_least=0)
-    workers: int = bounded(at_least=0)  # cells run at once (0: one per core)
+    workers: int = bounded(at_least=0)  # cells run at once (0: `pool_size`)
 
     def __post_init__(self):
         super().__post_init__()
@@ -91,6 +91,15 @@ class PolluxParams(Checked):
         if self.scale == "reduced":
             return plan(self.policies, self.reduced_loads, self.reduced_workloads, self.reduced_seeds)
         return plan(self.policies, self.loads, self.workloads, self.seeds)
+
+
+def pool_size(workers: int, scale: str) -> int:
+    """The processes a stage runs its cells in: `workers`, or for 0 one per core, but one (the stage's own) at the
+    reduced scale, whose few cells take seconds each: a pool's processes would cost more to start (torch's
+    imports, loading or compiling the same compiled code in each) than they save."""
+    if workers:
+        return workers
+    return 1 if scale == "reduced" else os.cpu_count() or 1
 
 
 @dataclass(frozen=True)
@@ -149,7 +158,7 @@ class PolluxBaselinesStage:
 
     @property
     def workers(self) -> int:
-        return self.pollux.workers or os.cpu_count() or 1
+        return pool_size(self.pollux.workers, self.pollux.scale)
 
 
 @dataclass(frozen=True)
@@ -212,7 +221,7 @@ def _ablate(params: dict, where: str, name: str) -> AblateStage:
     group = name.split("@")[1]
     ablations = ablation_settings(section(params, "ablations", where), where)
     plans = group_plans(ablations, group, params, presets_from(params, where), where)
-    return AblateStage(group, tuple(plans), ablations.workers or os.cpu_count() or 1, _executor(params, where))
+    return AblateStage(group, tuple(plans), pool_size(ablations.workers, ablations.scale), _executor(params, where))
 
 
 def _executor(params: dict, where: str) -> Executor:
