@@ -651,13 +651,14 @@ def test_unknown_stage(tmp_path):
 
 def test_stage_command_rejects_bad_params_before_running(capsys, tmp_path, monkeypatch):
     """`dl2 stage` checks the params before it opens a tracking run or a notebook."""
+    import dl2.notebooks
     import dl2.stages
 
     def must_not_run(*args, **kwargs):
         raise AssertionError("stage went past the parameter check")
 
     monkeypatch.setattr(dl2.stages, "create_stage_run", must_not_run)
-    monkeypatch.setattr(dl2.stages, "execute", must_not_run)
+    monkeypatch.setattr(dl2.notebooks, "execute", must_not_run)
     params = params_file(tmp_path, set_key("traces", "num_traces", 0))
     data = tmp_path / "data"
     msg = run_error(capsys, ["stage", "traces", "--params", str(params), "--data-dir", str(data)])
