@@ -96,8 +96,9 @@ def learn_settings(**changes) -> LearnSettings:
 
 
 def run_by_hand(policy: str, arrivals, epochs, table_fn, num_nodes: int = 2, max_tasks: int = 2,
-                fine_grained: bool = True, worker=(2, 4), ps=(2, 0)) -> np.ndarray:
-    """Run the compiled loop on jobs of one model with a hand-made speed table; returns JCT per job."""
+                fine_grained: bool = True, worker=(2, 4), ps=(2, 0), lost: float = 0.0) -> np.ndarray:
+    """Run the compiled loop on jobs of one model with a hand-made speed table, each new configuration
+    losing the fraction `lost` of its slot; returns JCT per job."""
     n = len(arrivals)
     size = max_tasks + 2
     table = np.zeros((1, size, size))
@@ -109,7 +110,7 @@ def run_by_hand(policy: str, arrivals, epochs, table_fn, num_nodes: int = 2, max
     cluster = make_cluster(num_nodes, 8, 8)
     stats = np.empty((1000, engine.NUM_STATS))
     slots = run_to_completion(POLICY_IDS[policy], jobs, cluster, make_recorder(0, 1), table, table, max_tasks,
-                               fine_grained, False, stats)
+                               fine_grained, False, stats, lost)
     assert slots > 0
     return jobs.end - jobs.arrival + 1
 

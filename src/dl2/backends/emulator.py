@@ -3,7 +3,9 @@ write the epochs the speed model gives them for one slot into the DL2Job status 
 
 It uses the simulator's own `engine.advance`, so a job with the same tasks trains exactly as in the
 simulator. Each job's status records the last slot counted (`progressSlot`), and every write carries the
-object's resourceVersion, so a slot is counted once even if the scheduler dies and runs it again.
+object's resourceVersion, so a slot is counted once even if the scheduler dies and runs it again. It also
+records the configuration the job trained with (`trainedTasks`), so a new configuration pays the preset's
+restart cost in the next slot as in the simulator.
 """
 
 from __future__ import annotations
@@ -29,9 +31,19 @@ def bound_tasks(kube: Kube, namespace: str, nodes: set[str]) -> Counter:
     return counts
 
 
+def trained_tasks(job: dict, slot: int) -> tuple[int, int]:
+    """(workers, PS) the job trained with in the slot before `slot` (its status's `trainedTasks`), (0, 0) if
+    it did not train there."""
+    trained = job["status"].get("trainedTasks") or {}
+    if trained.get("slot") != slot - 1:
+        return 0, 0
+    return int(trained["workers"]), int(trained["ps"])
+
+
 class ProgressEmulator:
-    def __init__(self, kube: Kube, namespace: str, table: np.ndarray, fine_grained: bool):
-        self.kube, self.namespace, self.table, self.fine_grained = kube, namespace, table, fine_grained
+    def __init__(self, kube: Kube, namespace: str, table: np.ndarray, fine_grained: bool, lost: float = 0.0):
+        """`lost`: the fraction of a slot a new configuration spends starting (`dl2.sim.engine.advance`)."""
+        self.kube, self.namespace, self.table, self.fine_grained, self.lost = kube, namespace, table, fine_grained, lost
 
     def advance(self, slot: int, jobs: list[dict], models: list[int], nodes: set[str]) -> tuple[float, list[str]]:
         """Train `jobs` (DL2Job objects, with their catalog model ids) for `slot`; (reward, names completed)."""
@@ -48,11 +60,15 @@ class ProgressEmulator:
         arr.workers[:] = [min(counts[n, "worker"], top) for n in names]
         arr.ps[:] = [min(counts[n, "ps"], top) for n in names]
         arr.active[:] = True
-        _, reward = engine.advance(arr, self.table, slot, self.fine_grained)
+        for i, k in enumerate(todo):
+            arr.trained_workers[i], arr.trained_ps[i] = trained_tasks(jobs[k], slot)
+        _, reward = engine.advance(arr, self.table, slot, self.fine_grained, self.lost)
         done = []
         for i, k in enumerate(todo):
             status = {"progress": float(arr.progress[i]), "progressSlot": slot,
                       "progressPercent": f"{100 * arr.progress[i] / arr.epochs[i]:.1f}%"}
+            if arr.trained_workers[i] > 0:
+                status["trainedTasks"] = {"slot": slot, "workers": int(arr.trained_workers[i]), "ps": int(arr.trained_ps[i])}
             if not arr.active[i]:
                 end = float(arr.end[i])
                 status.update(phase="Succeeded", endSlot=end, **jct_status(end - float(arr.arrival[i]) + 1.0))

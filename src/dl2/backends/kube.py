@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 from lightkube.resources.core_v1 import ConfigMap, Node, Pod
 
+from dl2.backends.emulator import trained_tasks
 from dl2.backends.observe import check_allocation, observation
 from dl2.backends.workloads import Emulated, Workload
 from dl2.errors import Dl2Error
@@ -54,7 +55,8 @@ class KubeCluster:
         self.table = scenario.table
         self.catalog = scenario.catalog
         # what the pods run and where progress comes from; by default the emulator's placeholders (KWOK)
-        self.workload = workload or Emulated(namespace, scenario.true_table, scenario.options.fine_grained_jct)
+        self.workload = workload or Emulated(namespace, scenario.true_table, scenario.options.fine_grained_jct,
+                                             scenario.restart_fraction)
         self.stats: list[np.ndarray] = []
         self._view: dict | None = None
 
@@ -176,6 +178,8 @@ class KubeCluster:
                          np.array([s.worker_demand for s in specs], dtype=np.int64).reshape(n, 2),
                          np.array([s.ps_demand for s in specs], dtype=np.int64).reshape(n, 2))
         jobs.progress[:] = [float(j["status"].get("progress", 0.0)) for j in active]
+        for i, j in enumerate(active):
+            jobs.trained_workers[i], jobs.trained_ps[i] = trained_tasks(j, slot)
         jobs.active[:] = True
         cluster = make_cluster(len(nodes), *capacity)
         if self.scenario.options.assign_bundle:

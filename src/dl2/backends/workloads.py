@@ -61,6 +61,7 @@ class Emulated:
     namespace: str
     table: np.ndarray
     fine_grained: bool
+    lost: float = 0.0  # the fraction of a slot a new configuration spends starting (the preset's restart cost)
     grace_seconds: int = 0
 
     def pods(self, job: dict, spec: JobSpec, tasks: Tasks, slot: int, existing: list[dict]) -> Desired:
@@ -75,7 +76,7 @@ class Emulated:
 
     def advance(self, kube: Kube, slot: int, jobs: list[dict], specs: list[JobSpec], nodes: set[str],
                 slot_start: float) -> tuple[float, list[str]]:
-        emulator = ProgressEmulator(kube, self.namespace, self.table, self.fine_grained)
+        emulator = ProgressEmulator(kube, self.namespace, self.table, self.fine_grained, self.lost)
         return emulator.advance(slot, jobs, [s.model for s in specs], nodes)
 
 

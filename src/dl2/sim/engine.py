@@ -43,15 +43,44 @@ def assign_bundles(jobs: Jobs, cl: Cluster) -> None:
             commit(jobs.workers, jobs.ps, tasks, i, BUNDLE, node)
 
 
+@njit(cache=True, inline="always")
+def restarts(jobs: Jobs, i: int) -> bool:
+    """Whether job i, training this slot, starts a new configuration: its (PS, workers) counts differ from
+    those it trained with in the previous slot (a job that did not train there starts one too). Counts, not
+    placement: the simulator places every task anew each slot, and a job's speed depends on its counts alone."""
+    return jobs.workers[i] != jobs.trained_workers[i] or jobs.ps[i] != jobs.trained_ps[i]
+
+
+@njit(cache=True, inline="always")
+def slot_epochs(jobs: Jobs, table: np.ndarray, i: int, lost: float) -> float:
+    """The epochs job i, holding a worker and a PS, trains in a whole slot: the table's, times (1 - `lost`)
+    if it starts a new configuration (`restarts`)."""
+    epochs = table[jobs.model[i], jobs.ps[i], jobs.workers[i]]
+    if lost > 0.0 and restarts(jobs, i):
+        epochs *= 1.0 - lost
+    return epochs
+
+
 @njit(cache=True)
-def advance(jobs: Jobs, table: np.ndarray, slot: int, fine_grained: bool) -> tuple[int, float]:
+def advance(jobs: Jobs, table: np.ndarray, slot: int, fine_grained: bool, lost: float) -> tuple[int, float]:
     """Train every job that has a worker and a PS for one slot; returns (jobs completed, slot reward: the
-    epochs trained as fractions of the epochs schedulers are told)."""
+    epochs trained as fractions of the epochs schedulers are told).
+
+    Restart cost: `lost` (the preset's restart_seconds / slot_seconds, at most 1) is the fraction of the slot
+    a job that starts a new configuration (`restarts`) spends starting its pods; it trains only the slot's
+    rest, so its epochs are the table's times (1 - lost), and if it completes, it does so at
+    slot - 1 + lost + (1 - lost) * (the fraction of the rest it needed). With `lost` 0 nothing changes.
+    Each job's configuration is remembered (`Jobs.trained_workers`, `Jobs.trained_ps`) for the next slot."""
     completed, reward = 0, 0.0
     for i in range(jobs.model.shape[0]):
         if not jobs.active[i] or jobs.workers[i] == 0 or jobs.ps[i] == 0:
+            jobs.trained_workers[i] = 0
+            jobs.trained_ps[i] = 0
             continue
-        epochs = table[jobs.model[i], jobs.ps[i], jobs.workers[i]]
+        epochs = slot_epochs(jobs, table, i, lost)
+        start = lost if lost > 0.0 and restarts(jobs, i) else 0.0
+        jobs.trained_workers[i] = jobs.workers[i]
+        jobs.trained_ps[i] = jobs.ps[i]
         if jobs.progress[i] + epochs > jobs.epochs[i]:
             run_fraction = (jobs.epochs[i] - jobs.progress[i]) / epochs
             epochs = jobs.epochs[i] - jobs.progress[i]
@@ -61,6 +90,8 @@ def advance(jobs: Jobs, table: np.ndarray, slot: int, fine_grained: bool) -> tup
             run_fraction = 1.0
         reward += epochs / jobs.known_epochs[i]
         if jobs.progress[i] >= jobs.epochs[i]:
+            if start > 0.0:
+                run_fraction = start + (1.0 - start) * run_fraction
             jobs.end[i] = slot - 1 + run_fraction if fine_grained else slot
             jobs.active[i] = False
             completed += 1

@@ -58,6 +58,12 @@ class Scenario:
             return self.table
         return _noisy_table(p.speed_table, o.speed_model, p.max_tasks, p.slot_seconds, o.speed_noise, o.noise_seed)
 
+    @property
+    def restart_fraction(self) -> float:
+        """The fraction of a slot a job's new configuration spends starting (the preset's restart_seconds over
+        its slot_seconds, at most 1): `dl2.sim.engine.advance`'s `lost`."""
+        return min(self.preset.restart_seconds / self.preset.slot_seconds, 1.0)
+
     def jobs(self, trace: Trace) -> tuple[Jobs, np.ndarray]:
         """Fresh job arrays for `trace`, and the order (trace row per job index) they are in."""
         if trace.model_names != self.catalog.names:

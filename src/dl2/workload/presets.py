@@ -7,7 +7,7 @@ are comparable only between presets of one world."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -38,7 +38,14 @@ class Preset(Checked):
     slot_seconds: float = bounded(above=0, default=SLOT_SECONDS)
     node_cpu: int = bounded(at_least=1, default=NODE_CPU_SLOTS)
     node_gpu: int = bounded(at_least=1, default=NODE_GPU_SLOTS)
+    restart_seconds: float = bounded(at_least=0, default=0.0)  # a job whose configuration changes trains nothing for this long
     world: ClassVar[str] = PS_WORKER  # params.yaml's `world` key, which picks the type
+
+    def __repr__(self) -> str:
+        """The dataclass's repr, with `restart_seconds` only where it is not 0: what hashes a preset's repr
+        (ablation cells' digests, training checkpoints' tags) is unchanged for a preset without the key."""
+        shown = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.name != "restart_seconds" or self.restart_seconds]
+        return f"{type(self).__qualname__}({', '.join(shown)})"
 
 
 @dataclass(frozen=True)
