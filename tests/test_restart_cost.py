@@ -38,13 +38,14 @@ def _one_job(epochs: float) -> tuple:
     return jobs, table
 
 
-def _train(jobs, table, configs, lost: float) -> list[float]:
-    """Run `advance` with the job at (PS, workers) `configs[slot]`; the slots' rewards."""
-    rewards = []
+def _train(jobs, table, configs, lost: float, fine_grained: bool = True) -> tuple[list[float], np.ndarray]:
+    """Run `advance` with the job at (PS, workers) `configs[slot]`; the slots' rewards, and [workers, PS] it
+    trained with last."""
+    rewards, trained = [], engine.no_training(1)
     for slot, (ps, workers) in enumerate(configs):
         jobs.ps[0], jobs.workers[0] = ps, workers
-        rewards.append(engine.advance(jobs, table, slot, True, lost)[1])
-    return rewards
+        rewards.append(engine.advance(jobs, table, slot, fine_grained, lost, trained)[1])
+    return rewards, trained
 
 
 def _with_restart(preset, seconds: float):
@@ -61,7 +62,7 @@ def test_a_job_resized_once_pays_at_its_start_and_at_its_resize():
     # Without the cost: 20, 20, then 5 of 10 in slot 2: it ends at 1.5 (JCT 2.5).
     configs = [(2, 2), (2, 2), (1, 1), (1, 1), (1, 1)]
     jobs, table = _one_job(45.0)
-    rewards = _train(jobs, table, configs, 0.25)
+    rewards, _ = _train(jobs, table, configs, 0.25)
     assert jobs.end[0] == pytest.approx(2.25)
     np.testing.assert_allclose(rewards, np.array([15.0, 20.0, 7.5, 2.5, 0.0]) / 45.0)
     jobs, table = _one_job(45.0)
@@ -76,19 +77,17 @@ def test_a_job_that_completes_in_a_restart_slot_ends_after_the_lost_part():
     _train(jobs, table, [(2, 2), (1, 1)], 0.25)
     assert jobs.end[0] == pytest.approx(0.75)
     jobs, table = _one_job(20.0)
-    for slot, (ps, workers) in enumerate([(2, 2), (1, 1)]):
-        jobs.ps[0], jobs.workers[0] = ps, workers
-        engine.advance(jobs, table, slot, False, 0.25)
+    _train(jobs, table, [(2, 2), (1, 1)], 0.25, fine_grained=False)
     assert jobs.end[0] == 1.0  # whole slots: the slot it completes in
 
 
 def test_a_job_that_pauses_pays_again_and_a_whole_lost_slot_trains_nothing():
     jobs, table = _one_job(100.0)
-    rewards = _train(jobs, table, [(1, 1), (0, 1), (1, 1), (1, 1)], 0.5)  # a worker without a PS does not train
+    rewards, trained = _train(jobs, table, [(1, 1), (0, 1), (1, 1), (1, 1)], 0.5)  # a worker without a PS does not train
     np.testing.assert_allclose(rewards, np.array([5.0, 0.0, 5.0, 10.0]) / 100.0)
-    assert (jobs.trained_ps[0], jobs.trained_workers[0]) == (1, 1)
+    assert trained.tolist() == [[1, 1]]
     jobs, table = _one_job(100.0)
-    rewards = _train(jobs, table, [(1, 1), (1, 2), (1, 2)], 1.0)
+    rewards, _ = _train(jobs, table, [(1, 1), (1, 2), (1, 2)], 1.0)
     np.testing.assert_allclose(rewards, np.array([0.0, 0.0, 20.0]) / 100.0)
 
 

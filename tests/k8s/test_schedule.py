@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import time
 
@@ -20,6 +21,7 @@ from dl2.kube.resources import JOB_LABEL, SCHEDULER_NAME, DL2Job
 from dl2.learn.agent import DL2Policy, DL2Scheduler
 from dl2.learn.architecture import net_config
 from dl2.schedulers import get_scheduler
+from dl2.sim.scenario import Scenario
 from dl2.testbed.build import ensure_binaries
 
 from .support import PRESET, scenario, space, trace
@@ -55,6 +57,19 @@ def test_trace_runs_to_completion_with_the_simulators_jcts(kube, policy):
     assert kube.list(Pod, ns, labels={JOB_LABEL: None}) == [], "completed jobs keep no pods"
     phases = {j["status"]["phase"] for j in kube.list(DL2Job, ns)}
     assert phases == {"Succeeded"}
+
+
+def test_the_progress_emulator_pays_the_restart_cost_as_the_simulator_does(kube):
+    """With `restart_seconds`, each new configuration trains only the rest of its slot, on the API server as
+    in the simulator (the configuration a job trained with is kept in its status, `trainedTasks`)."""
+    sc = Scenario(dataclasses.replace(PRESET, restart_seconds=400.0), scenario().options)
+    tr = trace(1)
+    simulated = simulate(tr, get_scheduler("drf"), sc)
+    assert simulated.jct.mean() > simulate(tr, get_scheduler("drf"), scenario()).jct.mean()
+    got, backend, ns = run_on_kubernetes(kube, tr, sc, get_scheduler("drf"))
+    assert np.max(np.abs(got - simulated.jct) / simulated.jct) < 1e-9
+    assert backend.slot == simulated.num_slots
+    assert all(j["status"]["trainedTasks"]["ps"] >= 1 for j in kube.list(DL2Job, ns))
 
 
 def test_pods_are_bound_by_dl2_and_kubectl_shows_allocation_and_progress(kube, testbed):

@@ -18,7 +18,7 @@ from lightkube.resources.core_v1 import Pod
 from dl2.kube.client import ApiError, Kube
 from dl2.kube.resources import JOB_LABEL, ROLE_LABEL, DL2Job, jct_status
 from dl2.sim import engine
-from dl2.sim.state import make_jobs
+from dl2.sim.state import PS, WORKER, make_jobs
 
 
 def bound_tasks(kube: Kube, namespace: str, nodes: set[str]) -> Counter:
@@ -31,13 +31,15 @@ def bound_tasks(kube: Kube, namespace: str, nodes: set[str]) -> Counter:
     return counts
 
 
-def trained_tasks(job: dict, slot: int) -> tuple[int, int]:
-    """(workers, PS) the job trained with in the slot before `slot` (its status's `trainedTasks`), (0, 0) if
-    it did not train there."""
-    trained = job["status"].get("trainedTasks") or {}
-    if trained.get("slot") != slot - 1:
-        return 0, 0
-    return int(trained["workers"]), int(trained["ps"])
+def trained_tasks(jobs: list[dict], slot: int) -> np.ndarray:
+    """(jobs, 2) [workers, PS] each job trained with in the slot before `slot` (its status's `trainedTasks`),
+    0 if it did not train there: `dl2.sim.engine.advance`'s `trained`."""
+    trained = engine.no_training(len(jobs))
+    for i, job in enumerate(jobs):
+        last = job["status"].get("trainedTasks") or {}
+        if last.get("slot") == slot - 1:
+            trained[i] = last["workers"], last["ps"]
+    return trained
 
 
 class ProgressEmulator:
@@ -60,15 +62,14 @@ class ProgressEmulator:
         arr.workers[:] = [min(counts[n, "worker"], top) for n in names]
         arr.ps[:] = [min(counts[n, "ps"], top) for n in names]
         arr.active[:] = True
-        for i, k in enumerate(todo):
-            arr.trained_workers[i], arr.trained_ps[i] = trained_tasks(jobs[k], slot)
-        _, reward = engine.advance(arr, self.table, slot, self.fine_grained, self.lost)
+        trained = trained_tasks([jobs[k] for k in todo], slot)
+        _, reward = engine.advance(arr, self.table, slot, self.fine_grained, self.lost, trained)
         done = []
         for i, k in enumerate(todo):
             status = {"progress": float(arr.progress[i]), "progressSlot": slot,
                       "progressPercent": f"{100 * arr.progress[i] / arr.epochs[i]:.1f}%"}
-            if arr.trained_workers[i] > 0:
-                status["trainedTasks"] = {"slot": slot, "workers": int(arr.trained_workers[i]), "ps": int(arr.trained_ps[i])}
+            if trained[i, WORKER] > 0:
+                status["trainedTasks"] = {"slot": slot, "workers": int(trained[i, WORKER]), "ps": int(trained[i, PS])}
             if not arr.active[i]:
                 end = float(arr.end[i])
                 status.update(phase="Succeeded", endSlot=end, **jct_status(end - float(arr.arrival[i]) + 1.0))

@@ -178,14 +178,12 @@ class KubeCluster:
                          np.array([s.worker_demand for s in specs], dtype=np.int64).reshape(n, 2),
                          np.array([s.ps_demand for s in specs], dtype=np.int64).reshape(n, 2))
         jobs.progress[:] = [float(j["status"].get("progress", 0.0)) for j in active]
-        for i, j in enumerate(active):
-            jobs.trained_workers[i], jobs.trained_ps[i] = trained_tasks(j, slot)
         jobs.active[:] = True
         cluster = make_cluster(len(nodes), *capacity)
         if self.scenario.options.assign_bundle:
             engine.assign_bundles(jobs, cluster)
         obs = observation(slot, np.array([j["status"]["jobId"] for j in active], dtype=np.int64), jobs, cluster,
-                          p.max_tasks, self.table)
+                          p.max_tasks, self.table, trained_tasks(active, slot))
         self._view = {"clock": clock, "slot": slot, "jobs": active, "specs": specs, "nodes": nodes, "obs": obs}
         return obs
 

@@ -10,13 +10,16 @@ from dl2.schedulers.base import Allocation, Observation
 from dl2.sim.state import Cluster, Jobs
 
 
-def observation(slot: int, job_ids: np.ndarray, jobs: Jobs, cluster: Cluster, max_tasks: int, table: np.ndarray) -> Observation:
+def observation(slot: int, job_ids: np.ndarray, jobs: Jobs, cluster: Cluster, max_tasks: int, table: np.ndarray,
+                trained: np.ndarray) -> Observation:
     """The start of `slot` as a scheduler sees it: the uncompleted `jobs` (in (arrival, id) order, with the ids
-    `job_ids`) on `cluster`, at most `max_tasks` workers and PS per job, `table` the epochs per slot."""
+    `job_ids`) on `cluster`, at most `max_tasks` workers and PS per job, `table` the epochs per slot; `trained`
+    is the restart cost's record of their previous slot (`dl2.sim.engine.advance`)."""
     return Observation(slot=slot, job_ids=job_ids, models=jobs.model, arrival=jobs.arrival, progress=jobs.progress.copy(),
                        num_epochs=jobs.known_epochs, worker_demand=jobs.worker_demand, ps_demand=jobs.ps_demand,
                        num_nodes=len(cluster.used), node_capacity=cluster.capacity.copy(), max_tasks=max_tasks,
-                       epochs_table=table, _jobs=jobs, _cluster=cluster)
+                       epochs_table=table, _jobs=jobs, _cluster=cluster,
+                       _trained=trained.copy())
 
 
 def check_allocation(obs: Observation, alloc: Allocation) -> None:

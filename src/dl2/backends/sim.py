@@ -49,6 +49,7 @@ class SimulatedCluster:
         self._next_job = 0
         self._prev_workers = np.zeros(n, dtype=np.int64)
         self._prev_ps = np.zeros(n, dtype=np.int64)
+        self._trained = engine.no_training(n)
         self.stats: list[np.ndarray] = []
         self._placed = 0  # tasks the last slot ran
 
@@ -65,7 +66,8 @@ class SimulatedCluster:
             engine.assign_bundles(self.jobs, self.cluster)
         self._active = np.flatnonzero(self.jobs.active)
         self._obs = observation(self.slot, self.job_id[self._active], _compact(self.jobs, self._active),
-                                _remap_tasks(self.cluster, self._active), self.scenario.preset.max_tasks, self.table)
+                                _remap_tasks(self.cluster, self._active), self.scenario.preset.max_tasks, self.table,
+                                self._trained[self._active])
         return self._obs
 
     def resume(self) -> None:
@@ -93,7 +95,7 @@ class SimulatedCluster:
         row = np.zeros(engine.NUM_STATS)
         engine.slot_stats(self.jobs, self.cluster, self._prev_workers, self._prev_ps, row)
         completed, reward = engine.advance(self.jobs, self.scenario.true_table, self.slot, self.scenario.options.fine_grained_jct,
-                                            self.scenario.restart_fraction)
+                                            self.scenario.restart_fraction, self._trained)
         row[engine.STAT_REWARD] = reward
         self.stats.append(row)
         self.completed += completed

@@ -263,7 +263,7 @@ def schedule_slot(f: Frozen, jobs: Jobs, cl: Cluster, slot: int, greedy: bool, s
 
 @njit(cache=True)
 def run_episode(f: Frozen, jobs: Jobs, cl: Cluster, table: np.ndarray, ctl: np.ndarray, fine_grained: bool,
-                lost: float, assign_bundle: bool, max_slots: int, greedy: bool, seed: int, state: np.ndarray,
+                lost: float, trained: np.ndarray, assign_bundle: bool, max_slots: int, greedy: bool, seed: int, state: np.ndarray,
                 window_jobs: np.ndarray, mask: np.ndarray) -> tuple[int, int]:
     """A whole trace in the decision environment (`dl2.learn.env`); returns (final status, decisions)."""
     if not greedy:
@@ -271,11 +271,11 @@ def run_episode(f: Frozen, jobs: Jobs, cl: Cluster, table: np.ndarray, ctl: np.n
     log_probs = np.empty(mask.shape[0], dtype=np.float32)
     job_reward = np.zeros(jobs.model.shape[0])
     decisions = 0
-    status = env_reset(jobs, cl, table, ctl, f.max_tasks, fine_grained, lost, assign_bundle, max_slots, state, window_jobs, mask)
+    status = env_reset(jobs, cl, table, ctl, f.max_tasks, fine_grained, lost, trained, assign_bundle, max_slots, state, window_jobs, mask)
     while status == CONTINUE or status == SLOT_END:
         _forward(f, state, mask, log_probs)
         action = _choose(log_probs, greedy)
         decisions += 1
-        status, _ = env_step(jobs, cl, table, ctl, action, f.max_tasks, fine_grained, lost, assign_bundle, max_slots, state,
+        status, _ = env_step(jobs, cl, table, ctl, action, f.max_tasks, fine_grained, lost, trained, assign_bundle, max_slots, state,
                              window_jobs, mask, job_reward)
     return status, decisions

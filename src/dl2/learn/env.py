@@ -43,11 +43,11 @@ def _start_slot(jobs: Jobs, cl: Cluster, ctl: np.ndarray, max_tasks: int, assign
 
 @njit(cache=True)
 def _finish_slots(jobs: Jobs, cl: Cluster, table: np.ndarray, ctl: np.ndarray, max_tasks: int, fine_grained: bool,
-                  lost: float, assign_bundle: bool, max_slots: int, state: np.ndarray, window_jobs: np.ndarray,
-                  mask: np.ndarray) -> tuple[int, float]:
+                  lost: float, trained: np.ndarray, assign_bundle: bool, max_slots: int, state: np.ndarray,
+                  window_jobs: np.ndarray, mask: np.ndarray) -> tuple[int, float]:
     """Train the current slot, then run slots until one needs a decision; (status, the slot's reward)."""
     n = jobs.model.shape[0]
-    completed, reward = engine.advance(jobs, table, ctl[SLOT], fine_grained, lost)
+    completed, reward = engine.advance(jobs, table, ctl[SLOT], fine_grained, lost, trained)
     ctl[COMPLETED] += completed
     ctl[SLOT] += 1
     while ctl[COMPLETED] < n:
@@ -55,7 +55,7 @@ def _finish_slots(jobs: Jobs, cl: Cluster, table: np.ndarray, ctl: np.ndarray, m
             return TRUNCATED, reward
         if _start_slot(jobs, cl, ctl, max_tasks, assign_bundle, state, window_jobs, mask) > 0:
             return SLOT_END, reward
-        completed, _ = engine.advance(jobs, table, ctl[SLOT], fine_grained, lost)
+        completed, _ = engine.advance(jobs, table, ctl[SLOT], fine_grained, lost, trained)
         ctl[COMPLETED] += completed
         ctl[SLOT] += 1
     return DONE, reward
@@ -63,15 +63,18 @@ def _finish_slots(jobs: Jobs, cl: Cluster, table: np.ndarray, ctl: np.ndarray, m
 
 @njit(cache=True)
 def env_reset(jobs: Jobs, cl: Cluster, table: np.ndarray, ctl: np.ndarray, max_tasks: int, fine_grained: bool,
-              lost: float, assign_bundle: bool, max_slots: int, state: np.ndarray, window_jobs: np.ndarray, mask: np.ndarray) -> int:
-    """Start an episode at slot 0 and run to the first decision; returns a status."""
+              lost: float, trained: np.ndarray, assign_bundle: bool, max_slots: int, state: np.ndarray,
+              window_jobs: np.ndarray, mask: np.ndarray) -> int:
+    """Start an episode at slot 0 and run to the first decision; returns a status. `lost` and `trained`:
+    the restart cost, as `dl2.sim.engine.advance` takes it."""
     ctl[:] = 0
+    trained[:] = 0
     while ctl[COMPLETED] < jobs.model.shape[0]:
         if ctl[SLOT] >= max_slots:
             return TRUNCATED
         if _start_slot(jobs, cl, ctl, max_tasks, assign_bundle, state, window_jobs, mask) > 0:
             return CONTINUE
-        completed, _ = engine.advance(jobs, table, ctl[SLOT], fine_grained, lost)
+        completed, _ = engine.advance(jobs, table, ctl[SLOT], fine_grained, lost, trained)
         ctl[COMPLETED] += completed
         ctl[SLOT] += 1
     return DONE
@@ -79,11 +82,11 @@ def env_reset(jobs: Jobs, cl: Cluster, table: np.ndarray, ctl: np.ndarray, max_t
 
 @njit(cache=True)
 def env_step(jobs: Jobs, cl: Cluster, table: np.ndarray, ctl: np.ndarray, action: int, max_tasks: int,
-             fine_grained: bool, lost: float, assign_bundle: bool, max_slots: int, state: np.ndarray,
-             window_jobs: np.ndarray, mask: np.ndarray, job_reward: np.ndarray) -> tuple[int, float]:
+             fine_grained: bool, lost: float, trained: np.ndarray, assign_bundle: bool, max_slots: int,
+             state: np.ndarray, window_jobs: np.ndarray, mask: np.ndarray, job_reward: np.ndarray) -> tuple[int, float]:
     """Apply one action; returns (status, reward): reward is the slot's when the action ended it, else 0.
-    A slot that ends leaves each job's share of its reward in `job_reward` (by job index). `lost`: the
-    fraction of a slot a new configuration spends starting (`dl2.sim.engine.advance`)."""
+    A slot that ends leaves each job's share of its reward in `job_reward` (by job index). `lost` and
+    `trained`: the restart cost, as `dl2.sim.engine.advance` takes it."""
     window = window_jobs.shape[0]
     if action < 3 * window and mask[action]:
         job = window_jobs[action // 3]
@@ -92,26 +95,26 @@ def env_step(jobs: Jobs, cl: Cluster, table: np.ndarray, ctl: np.ndarray, action
             if action_mask(jobs, window_jobs, max_tasks, mask) > 0:
                 return CONTINUE, 0.0
     for i in range(jobs.model.shape[0]):
-        job_reward[i] = _reward_share(jobs, table, i, lost)
-    return _finish_slots(jobs, cl, table, ctl, max_tasks, fine_grained, lost, assign_bundle, max_slots, state,
+        job_reward[i] = _reward_share(jobs, table, i, lost, trained)
+    return _finish_slots(jobs, cl, table, ctl, max_tasks, fine_grained, lost, trained, assign_bundle, max_slots, state,
                          window_jobs, mask)
 
 
 @njit(cache=True, inline="always")
-def _reward_share(jobs: Jobs, table: np.ndarray, i: int, lost: float) -> float:
+def _reward_share(jobs: Jobs, table: np.ndarray, i: int, lost: float, trained: np.ndarray) -> float:
     """Job i's part of the slot reward if the slot ended now: epochs it would train / its epochs."""
     if not jobs.active[i] or jobs.workers[i] == 0 or jobs.ps[i] == 0:
         return 0.0
-    return min(engine.slot_epochs(jobs, table, i, lost), jobs.epochs[i] - jobs.progress[i]) / jobs.known_epochs[i]
+    return min(engine.slot_epochs(jobs, table, i, lost, trained), jobs.epochs[i] - jobs.progress[i]) / jobs.known_epochs[i]
 
 
 @njit(cache=True)
-def slot_potential(jobs: Jobs, table: np.ndarray, lost: float) -> float:
-    """The reward the slot would pay if it ended now, with epochs per slot from `table` and the fraction
-    `lost` of a slot spent by each new configuration (no state changes)."""
+def slot_potential(jobs: Jobs, table: np.ndarray, lost: float, trained: np.ndarray) -> float:
+    """The reward the slot would pay if it ended now, with epochs per slot from `table` and the restart cost
+    (`lost`, `trained`: as `dl2.sim.engine.advance` takes it), changing nothing."""
     total = 0.0
     for i in range(jobs.model.shape[0]):
-        total += _reward_share(jobs, table, i, lost)
+        total += _reward_share(jobs, table, i, lost, trained)
     return total
 
 
@@ -176,19 +179,20 @@ class DecisionEnv(Episodes):
         """Fresh job arrays for `trace`; `reset` then starts the episode (compiled runs start it themselves)."""
         self.trace = trace
         self.jobs, self.order = self.scenario.jobs(trace)
+        self.trained = engine.no_training(len(trace))
         self.job_reward = np.zeros(len(trace))
 
     def reset(self, seed: int | None = None, trace: Trace | None = None) -> tuple[np.ndarray, dict[str, Any]]:
         self.load(self._choose_trace(seed, trace))
         status = env_reset(self.jobs, self.cluster, self.table, self.ctl, self.max_tasks, self.fine_grained, self.lost,
-                           self.assign_bundle, self.max_slots, self.state, self.window_jobs, self.mask)
+                           self.trained, self.assign_bundle, self.max_slots, self.state, self.window_jobs, self.mask)
         if status != CONTINUE:
             raise RuntimeError("trace has no decision to make")
         return self.state, {"mask": self.mask, "slot": self.slot}
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         status, reward = env_step(self.jobs, self.cluster, self.table, self.ctl, int(action), self.max_tasks,
-                                  self.fine_grained, self.lost, self.assign_bundle, self.max_slots, self.state,
+                                  self.fine_grained, self.lost, self.trained, self.assign_bundle, self.max_slots, self.state,
                                   self.window_jobs, self.mask, self.job_reward)
         info: dict[str, Any] = {"mask": self.mask, "slot": self.slot, "slot_end": status != CONTINUE}
         if status == DONE:
@@ -197,7 +201,7 @@ class DecisionEnv(Episodes):
 
     def potential(self, table: np.ndarray) -> float:
         """What the current slot would pay if it ended now, by `table` (a speed model's epochs per slot)."""
-        return slot_potential(self.jobs, table, self.lost)
+        return slot_potential(self.jobs, table, self.lost, self.trained)
 
     def jct(self) -> np.ndarray:
         """Per-job JCT of the current trace, in trace order (nan for unfinished jobs)."""
@@ -267,7 +271,7 @@ class BackendEnv(Episodes):
 
     def potential(self, table: np.ndarray) -> float:
         """What the open slot would pay if it ended now, by `table` (a speed model's epochs per slot)."""
-        return slot_potential(self.alloc.jobs, table, self.scenario.restart_fraction)
+        return slot_potential(self.alloc.jobs, table, self.scenario.restart_fraction, self.obs._trained)
 
     def jct(self) -> np.ndarray:
         """Per-job JCT of the current trace, in trace order (nan for unfinished jobs)."""

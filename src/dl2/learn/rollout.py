@@ -38,7 +38,8 @@ def run_policy(policy: DL2Policy, traces: Sequence[Trace], scenario: Scenario, g
         env = DecisionEnv([trace], scenario, policy.config.window, shuffle=False)
         env.load(trace)
         status, made = run_episode(frozen, env.jobs, env.cluster, env.table, env.ctl, env.fine_grained, env.lost,
-                                   env.assign_bundle, env.max_slots, greedy, int(seeds[k]), env.state, env.window_jobs, env.mask)
+                                   env.trained, env.assign_bundle, env.max_slots, greedy, int(seeds[k]), env.state,
+                                   env.window_jobs, env.mask)
         decisions += made
         avg_jct[k] = float(np.mean(env.jct())) if status == DONE else np.inf
     return RolloutResult(avg_jct, decisions, time.perf_counter() - start)

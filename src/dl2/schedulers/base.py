@@ -105,6 +105,7 @@ class Observation:
     epochs_table: np.ndarray  # [model, #PS, #workers] -> epochs per slot, up to max_tasks + 1
     _jobs: Jobs
     _cluster: Cluster
+    _trained: np.ndarray  # what `dl2.sim.engine.advance` holds as `trained` for these jobs (the restart cost)
 
     def allocation(self) -> Allocation:
         """A fresh allocation to fill (it starts from the tasks already given this slot, usually none)."""

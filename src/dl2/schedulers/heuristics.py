@@ -228,6 +228,7 @@ def run_to_completion(policy: int, jobs: Jobs, cl: Cluster, rec: Recorder, table
     n = jobs.model.shape[0]
     prev_workers = np.zeros(n, dtype=np.int64)
     prev_ps = np.zeros(n, dtype=np.int64)
+    trained = np.zeros((n, 2), dtype=np.int64)
     done = 0
     next_job = slot = np.int64(0)  # not the literal 0, for which numba would compile every callee a second time
     while done < n:
@@ -238,7 +239,7 @@ def run_to_completion(policy: int, jobs: Jobs, cl: Cluster, rec: Recorder, table
             assign_bundles(jobs, cl)
         run_heuristic(policy, jobs, cl, rec, slot, max_tasks, table)
         slot_stats(jobs, cl, prev_workers, prev_ps, stats[slot])
-        completed, reward = advance(jobs, true_table, slot, fine_grained, lost)
+        completed, reward = advance(jobs, true_table, slot, fine_grained, lost, trained)
         stats[slot, STAT_REWARD] = reward
         done += completed
         slot += 1

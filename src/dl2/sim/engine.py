@@ -12,7 +12,7 @@ import numpy as np
 from numba import njit
 
 from dl2.sim.placement import commit, demand, reset_cluster, task_log, try_least_loaded
-from dl2.sim.state import BUNDLE, Cluster, Jobs
+from dl2.sim.state import BUNDLE, PS, WORKER, Cluster, Jobs
 
 # Per-slot statistics, columns of the `stats` array.
 STAT_CPU_USED, STAT_GPU_USED, STAT_TASK_CHANGES, STAT_RUNNING, STAT_REWARD = 0, 1, 2, 3, 4
@@ -44,43 +44,51 @@ def assign_bundles(jobs: Jobs, cl: Cluster) -> None:
 
 
 @njit(cache=True, inline="always")
-def restarts(jobs: Jobs, i: int) -> bool:
-    """Whether job i, training this slot, starts a new configuration: its (PS, workers) counts differ from
-    those it trained with in the previous slot (a job that did not train there starts one too). Counts, not
-    placement: the simulator places every task anew each slot, and a job's speed depends on its counts alone."""
-    return jobs.workers[i] != jobs.trained_workers[i] or jobs.ps[i] != jobs.trained_ps[i]
+def restarts(jobs: Jobs, trained: np.ndarray, i: int) -> bool:
+    """Whether job i, training this slot, starts a new configuration: its (workers, PS) counts differ from
+    those it trained with in the previous slot, `trained[i]` ((0, 0) if it did not train there, so a first
+    start is one too). Counts, not placement: the simulator places every task anew each slot, and a job's
+    speed depends on its counts alone."""
+    return jobs.workers[i] != trained[i, WORKER] or jobs.ps[i] != trained[i, PS]
 
 
 @njit(cache=True, inline="always")
-def slot_epochs(jobs: Jobs, table: np.ndarray, i: int, lost: float) -> float:
+def slot_epochs(jobs: Jobs, table: np.ndarray, i: int, lost: float, trained: np.ndarray) -> float:
     """The epochs job i, holding a worker and a PS, trains in a whole slot: the table's, times (1 - `lost`)
     if it starts a new configuration (`restarts`)."""
     epochs = table[jobs.model[i], jobs.ps[i], jobs.workers[i]]
-    if lost > 0.0 and restarts(jobs, i):
+    if lost > 0.0 and restarts(jobs, trained, i):
         epochs *= 1.0 - lost
     return epochs
 
 
 @njit(cache=True)
-def advance(jobs: Jobs, table: np.ndarray, slot: int, fine_grained: bool, lost: float) -> tuple[int, float]:
+def advance(jobs: Jobs, table: np.ndarray, slot: int, fine_grained: bool, lost: float, trained: np.ndarray) -> tuple[int, float]:
     """Train every job that has a worker and a PS for one slot; returns (jobs completed, slot reward: the
     epochs trained as fractions of the epochs schedulers are told).
 
     Restart cost: `lost` (the preset's restart_seconds / slot_seconds, at most 1) is the fraction of the slot
     a job that starts a new configuration (`restarts`) spends starting its pods; it trains only the slot's
     rest, so its epochs are the table's times (1 - lost), and if it completes, it does so at
-    slot - 1 + lost + (1 - lost) * (the fraction of the rest it needed). With `lost` 0 nothing changes.
-    Each job's configuration is remembered (`Jobs.trained_workers`, `Jobs.trained_ps`) for the next slot."""
+    slot - 1 + lost + (1 - lost) * (the fraction of the rest it needed). `trained` (jobs, 2) holds the
+    [workers, PS] each job trained with in the previous slot, and this slot's on return; with `lost` 0 it is
+    neither read nor kept, and the slot trains as it always did."""
     completed, reward = 0, 0.0
+    restart = lost > 0.0
     for i in range(jobs.model.shape[0]):
         if not jobs.active[i] or jobs.workers[i] == 0 or jobs.ps[i] == 0:
-            jobs.trained_workers[i] = 0
-            jobs.trained_ps[i] = 0
+            if restart:
+                trained[i, WORKER] = 0
+                trained[i, PS] = 0
             continue
-        epochs = slot_epochs(jobs, table, i, lost)
-        start = lost if lost > 0.0 and restarts(jobs, i) else 0.0
-        jobs.trained_workers[i] = jobs.workers[i]
-        jobs.trained_ps[i] = jobs.ps[i]
+        epochs = table[jobs.model[i], jobs.ps[i], jobs.workers[i]]
+        start = 0.0
+        if restart:
+            if restarts(jobs, trained, i):
+                epochs *= 1.0 - lost
+                start = lost
+            trained[i, WORKER] = jobs.workers[i]
+            trained[i, PS] = jobs.ps[i]
         if jobs.progress[i] + epochs > jobs.epochs[i]:
             run_fraction = (jobs.epochs[i] - jobs.progress[i]) / epochs
             epochs = jobs.epochs[i] - jobs.progress[i]
@@ -96,6 +104,11 @@ def advance(jobs: Jobs, table: np.ndarray, slot: int, fine_grained: bool, lost: 
             jobs.active[i] = False
             completed += 1
     return completed, reward
+
+
+def no_training(n: int) -> np.ndarray:
+    """`advance`'s `trained` for `n` jobs before their first slot."""
+    return np.zeros((n, 2), dtype=np.int64)
 
 
 @njit(cache=True)

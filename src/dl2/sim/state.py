@@ -27,8 +27,6 @@ class Jobs(NamedTuple):
     active: np.ndarray  # bool: arrived and not completed
     end: np.ndarray  # float64 completion slot, nan before
     known_epochs: np.ndarray  # float64: the epochs schedulers are told (an estimate of `epochs`, the truth)
-    trained_workers: np.ndarray  # int64: the configuration the job trained with in the previous slot, 0 if it
-    trained_ps: np.ndarray  # int64   did not train there (`dl2.sim.engine.advance` keeps them; restart cost)
 
 
 class Cluster(NamedTuple):
@@ -71,8 +69,6 @@ def make_jobs(model: np.ndarray, arrival: np.ndarray, job_id: np.ndarray, epochs
         active=np.zeros(n, dtype=np.bool_),
         end=np.full(n, np.nan),
         known_epochs=np.ascontiguousarray(epochs if known_epochs is None else known_epochs, dtype=np.float64),
-        trained_workers=np.zeros(n, dtype=np.int64),
-        trained_ps=np.zeros(n, dtype=np.int64),
     )
 
 
