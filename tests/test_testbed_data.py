@@ -63,8 +63,9 @@ def test_the_configurations_a_testbed_allows_fit_its_nodes():
 
 def test_facts_keep_how_the_other_job_types_were_profiled():
     first = profile.facts(profile.ProfileGrid(("wlm",), ((1, 1), (1, 2)), 3, 8.0), ["w1"])
-    second = profile.facts(profile.ProfileGrid(("dssm",), ((1, 1),), 1, 4.0), ["w1", "w2"], first)
-    assert second["profiled"]["wlm"] == first["profiled"]["wlm"]
+    second = profile.facts(profile.ProfileGrid(("dssm",), ((1, 1),), 1, 4.0), ["w1", "w2"], first, cpu_millis_per_slot=62)
+    assert second["profiled"]["wlm"] == first["profiled"]["wlm"] and first["profiled"]["wlm"]["cpu_millis_per_slot"] == 0
+    assert second["profiled"]["dssm"]["cpu_millis_per_slot"] == 62, "the limits a profile was measured under are recorded"
     assert second["profiled"]["dssm"]["configurations"] == [[1, 1]] and second["profiled"]["dssm"]["kind_workers"] == ["w1", "w2"]
     assert second["steps_per_epoch"] == {m: s.steps_per_epoch for m, s in STANDINS.items()}
 

@@ -32,15 +32,18 @@ def cmd_testbed_up(args: argparse.Namespace) -> None:
     if args.kind:
         from dl2.testbed import kind
 
-        cluster = kind.up(args.folder, workers=args.workers, log=_log)
+        cluster = kind.up(args.folder, workers=args.workers, log=_log, isolate=args.isolate)
         print(json.dumps({"kubeconfig": str(cluster.kubeconfig), "server": cluster.server, "control_plane": cluster.control_plane,
                           "workers": cluster.workers, "pool": kind.POOL, "node_image": cluster.node_image,
                           "runtime_image": cluster.runtime_image, "images": cluster.images_source,
                           "shared": {"host": str(cluster.shared), "node": kind.SHARED_IN_NODE},
-                          "timings": cluster.timings}, indent=2))
+                          "cpu_millis_per_slot": cluster.cpu_millis_per_slot, "timings": cluster.timings}, indent=2))
         return
     if not args.local:
         raise Dl2Error("say which testbed: `dl2 testbed up --local` (no Docker) or `dl2 testbed up --kind`")
+    if args.isolate:
+        raise Dl2Error("--isolate limits the CPU of pods that run: it is for the kind testbed (`dl2 testbed up --kind --isolate`); "
+                       "the local testbed's KWOK nodes run none")
     preset = get_preset(args.preset, args.params, world=PS_WORKER)
     bed = local.up(args.folder, log=_log)
     kube = bed.kube()
@@ -247,6 +250,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--nodes", type=int, default=None, help="local: how many nodes (default: the preset's num_nodes)")
     up.add_argument("--pool", default=DEFAULT_POOL, help=f"local: node pool label dl2.io/pool (default: {DEFAULT_POOL})")
     up.add_argument("--workers", type=int, default=3, help="kind: how many worker nodes (default: 3)")
+    up.add_argument("--isolate", action="store_true",
+                    help="kind: each task pod gets a CPU limit of its CPU slots' share of the host's cores, so a job's "
+                         "speed depends on its own slots, not its neighbours' (default: pods share the host)")
     up.set_defaults(func=cmd_testbed_up)
     for name, func, text in (("down", cmd_testbed_down, "stop the testbed (kind: remove its nodes, network, rules and daemon)"),
                              ("status", cmd_testbed_status, "which of its processes or nodes run; timings"),

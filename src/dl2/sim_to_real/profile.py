@@ -267,9 +267,10 @@ def spread(profile: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def facts(grid: ProfileGrid, workers: Sequence[str], before: dict | None = None) -> dict:
+def facts(grid: ProfileGrid, workers: Sequence[str], before: dict | None = None, cpu_millis_per_slot: int = 0) -> dict:
     """`testbed.json`: the stand-ins' epochs (the `testbed` catalog's) and how each job type's speeds were
-    measured (`before`'s entries for the job types `grid` leaves out are kept)."""
+    measured (`before`'s entries for the job types `grid` leaves out are kept), with the CPU each task pod had
+    per CPU slot (0: none, the pods shared the host)."""
     from dl2.testbed.training.models import STANDINS
 
     try:
@@ -278,7 +279,7 @@ def facts(grid: ProfileGrid, workers: Sequence[str], before: dict | None = None)
     except (OSError, subprocess.CalledProcessError):
         commit = None
     how = {"configurations": [list(c) for c in grid.configurations], "repeats": grid.repeats, "seconds": grid.seconds,
-           "host_cores": os.cpu_count(), "kind_workers": list(workers), "commit": commit,
+           "host_cores": os.cpu_count(), "cpu_millis_per_slot": cpu_millis_per_slot, "kind_workers": list(workers), "commit": commit,
            "date": datetime.date.today().isoformat()}
     profiled = {**(before or {}).get("profiled", {}), **{model: how for model in grid.models}}
     return {"demands": DEMANDS, "mode": "sync", "speed_unit": "batches per second (one batch: one worker's step)",
@@ -315,7 +316,7 @@ def profile(kube: Kube, runtime: PodRuntime, workers: Sequence[str], grid: Profi
     with atomic_path(out / "speed.txt") as tmp:
         tmp.write_text("\n".join(speed_rows(table)) + "\n")
     write_csv_atomic(out / "profile.csv", table)
-    write_json_atomic(out / "testbed.json", facts(grid, workers, before))
+    write_json_atomic(out / "testbed.json", facts(grid, workers, before, runtime.cpu_millis_per_slot))
     partial.unlink(missing_ok=True)
     settings.unlink(missing_ok=True)
     return table
