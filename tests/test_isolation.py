@@ -70,3 +70,24 @@ def test_isolate_is_refused_for_the_local_testbed_whose_nodes_run_no_pods(capsys
 
     assert main(["testbed", "up", "--local", "--isolate", "--folder", str(tmp_path / "bed")]) == 2
     assert "--isolate" in capsys.readouterr().err and not (tmp_path / "bed").exists()
+
+
+@pytest.mark.parametrize(("configuration", "workers", "count"), [((1, 1), 3, 10), ((2, 2), 3, 8), ((2, 2), 1, 0), ((1, 2), 2, 5)])
+def test_the_neighbours_fill_every_cpu_slot_the_measured_configuration_leaves(configuration, workers, count):
+    from dl2.sim_to_real.independence import neighbour_count
+
+    assert neighbour_count(configuration, workers, SLOTS_PER_NODE[0]) == count
+
+
+@pytest.mark.parametrize("share", [0, 62])
+def test_a_neighbour_spins_limited_like_a_task_only_where_tasks_are_limited(tmp_path, share):
+    from dl2.sim_to_real.independence import TASK_CPU_SLOTS, neighbour_manifest
+
+    runtime = PodRuntime("image", "/venv/bin/python", [{"name": "v"}], [{"name": "v", "mountPath": "/v"}], "/shared", tmp_path,
+                         cpu_millis_per_slot=share)
+    pod = neighbour_manifest("spin-0", "node-a", runtime)
+    container = pod["spec"]["containers"][0]
+    assert pod["spec"]["nodeName"] == "node-a" and container["command"] == ["/venv/bin/python"]
+    limits = container.get("resources", {}).get("limits", {})
+    assert limits == ({"cpu": f"{TASK_CPU_SLOTS * share}m"} if share else {})
+    assert "dl2.io/cpu-slots" not in str(pod), "a neighbour holds no dl2 slots, so the measured job is placed as alone"

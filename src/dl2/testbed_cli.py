@@ -108,6 +108,25 @@ def cmd_testbed_build(args: argparse.Namespace) -> None:
     print(json.dumps({"folder": str(binaries.folder), "build_s": binaries.build_seconds}))
 
 
+def cmd_testbed_independence(args: argparse.Namespace) -> None:
+    from dl2.sim_to_real.independence import independence
+    from dl2.sim_to_real.profile import ProfileGrid
+    from dl2.testbed import kind
+    from dl2.workload.catalog import load_catalog
+
+    catalog = load_catalog()
+    for model in args.models:
+        catalog.index(model)  # an unknown name says which are known
+    grid = ProfileGrid(tuple(args.models), tuple(_configuration(text) for text in args.configurations), args.repeats, args.seconds)
+    cluster = kind.load(args.folder)
+    kube = cluster.kube()
+    try:
+        answer = independence(kube, kind.pod_runtime(args.folder), cluster.workers, kind.SLOTS_PER_NODE[0], grid, args.out, log=_log)
+    finally:
+        kube.close()
+    print(json.dumps(answer, indent=2))
+
+
 def cmd_testbed_profile(args: argparse.Namespace) -> None:
     from dl2.paths import TESTBED_DIR
     from dl2.sim_to_real.profile import ProfileGrid, allowed_configurations, profile, spread
@@ -272,6 +291,15 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     prof.add_argument("--seconds", type=float, default=10.0, help="seconds of training measured per configuration (default 10)")
     prof.add_argument("--out", type=Path, default=None, help="where to write speed.txt, profile.csv, testbed.json (default: data/testbed)")
     prof.set_defaults(func=cmd_testbed_profile)
+    ind = tb.add_parser("independence", parents=[folder],
+                        help="measure job types' speeds on the kind testbed alone and with the rest of the cluster busy")
+    ind.add_argument("--models", nargs="+", default=["resnet-50"], help="job types to measure (default: resnet-50)")
+    ind.add_argument("--configurations", nargs="+", default=["1,1", "2,2"], metavar="P,W",
+                     help="(#PS, #workers) to measure (default: 1,1 2,2)")
+    ind.add_argument("--repeats", type=int, default=2, help="measurements alone and busy of each, each a fresh job (default 2)")
+    ind.add_argument("--seconds", type=float, default=8.0, help="seconds of training measured per configuration (default 8)")
+    ind.add_argument("--out", type=Path, default=Path("independence.json"), help="the JSON (default: independence.json)")
+    ind.set_defaults(func=cmd_testbed_independence)
     connect = argparse.ArgumentParser(add_help=False)
     connect.add_argument("--kubeconfig", type=Path, default=None, help="default: the local testbed's (--kind: the kind testbed's)")
     connect.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
