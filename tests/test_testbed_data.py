@@ -155,3 +155,10 @@ def test_the_summary_gives_the_spread_of_a_policy_replaying_the_same_trace():
     assert replay.metrics(jobs)["testbed.drf.repeat_sd"] == pytest.approx(row.repeat_sd)
     error = replay.speed_error(pd.concat([slots_frame(), slots_frame().assign(repeat=1, slot=lambda f: f.slot + 10)]))
     assert error.set_index("model").loc["wlm"].steady_slots == 4, "each repeat's own last slot is left out"
+
+
+def test_startup_is_each_job_types_median_and_leaves_out_rows_measured_before_it_was_recorded():
+    table = measurements("wlm")
+    table["startup_seconds"] = [20.0, 30.0, 25.0, 21.0, 40.0, 26.0, 22.0, 27.0, 23.0, 24.0, 28.0, 29.0]
+    older = measurements("dssm")  # a profile made before startup_seconds was a column: NaN there
+    assert profile.startup(pd.concat([table, older], ignore_index=True)) == {"wlm": 25.5}

@@ -129,7 +129,7 @@ def cmd_testbed_independence(args: argparse.Namespace) -> None:
 
 def cmd_testbed_profile(args: argparse.Namespace) -> None:
     from dl2.paths import TESTBED_DIR
-    from dl2.sim_to_real.profile import ProfileGrid, allowed_configurations, profile, spread
+    from dl2.sim_to_real.profile import ProfileGrid, allowed_configurations, profile, spread, startup
     from dl2.testbed import kind
     from dl2.workload.catalog import load_catalog
     from dl2.workload.presets import PS_WORKER, get_preset
@@ -154,7 +154,8 @@ def cmd_testbed_profile(args: argparse.Namespace) -> None:
         kube.close()
     cv = spread(table).cv.dropna()  # the spread over repeats (none with one repeat)
     print(json.dumps({"out": str(args.out or TESTBED_DIR), "measurements": len(table),
-                      "median_cv": float(cv.median()) if len(cv) else None, "max_cv": float(cv.max()) if len(cv) else None}, indent=2))
+                      "median_cv": float(cv.median()) if len(cv) else None, "max_cv": float(cv.max()) if len(cv) else None,
+                      "startup_seconds": startup(table)}, indent=2))
 
 
 def _configuration(text: str) -> tuple[int, int]:

@@ -55,7 +55,8 @@ from dl2.workload.traces import Trace
 
 NAMESPACE = "dl2-profile"
 DEMANDS = "public_release"  # the kind workers advertise the paper's node (8 CPU, 8 GPU slots) and its demands
-COLUMNS = ["model", "num_ps", "num_workers", "repeat", "steps_per_second", "seconds", "steps", "ps_cpu", "worker_cpu"]
+COLUMNS = ["model", "num_ps", "num_workers", "repeat", "steps_per_second", "seconds", "steps", "ps_cpu", "worker_cpu",
+           "startup_seconds"]
 PARTIAL = "profile.partial.csv"
 EPOCHS = 1e9  # a profiled job never finishes
 
@@ -156,7 +157,10 @@ class Measuring(Trained):
                     else float("nan") for k in range(count)]
             return [u / window for u in used]
 
-        self.measured.append({"num_ps": last["num_ps"], "num_workers": last["num_workers"],
+        # the configuration trained (steps - start_step) / steps_per_second seconds before its first record
+        rate = first["steps_per_second"]
+        began = first["time"] - (first["steps"] - first["start_step"]) / rate if rate else first["time"]
+        self.measured.append({"num_ps": last["num_ps"], "num_workers": last["num_workers"], "startup_seconds": began - slot_start,
                               "steps_per_second": (last["steps"] - first["steps"]) / window, "seconds": window,
                               "steps": last["steps"] - first["steps"], "ps_cpu": cores("ps", last["num_ps"]),
                               "worker_cpu": cores("worker", last["num_workers"])})
@@ -265,6 +269,14 @@ def spread(profile: pd.DataFrame) -> pd.DataFrame:
     table = table.rename(columns={"mean": "steps_per_second", "std": "sd", "count": "repeats"}).reset_index()
     table["cv"] = table.sd / table.steps_per_second
     return table
+
+
+def startup(profile: pd.DataFrame) -> dict[str, float]:
+    """Per job type, the median seconds from a configuration's pods being created to its training (torch's import,
+    the rendezvous, the checkpoint's load): what the simulator's `restart_seconds` models. Measurements made
+    before it was recorded are left out."""
+    known = profile.dropna(subset=["startup_seconds"])
+    return {str(model): float(group.startup_seconds.median()) for model, group in known.groupby("model", sort=False)}
 
 
 def facts(grid: ProfileGrid, workers: Sequence[str], before: dict | None = None, cpu_millis_per_slot: int = 0) -> dict:
