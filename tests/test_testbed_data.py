@@ -63,8 +63,9 @@ def test_the_configurations_a_testbed_allows_fit_its_nodes():
 
 def test_facts_keep_how_the_other_job_types_were_profiled():
     first = profile.facts(profile.ProfileGrid(("wlm",), ((1, 1), (1, 2)), 3, 8.0), ["w1"])
-    second = profile.facts(profile.ProfileGrid(("dssm",), ((1, 1),), 1, 4.0), ["w1", "w2"], first)
-    assert second["profiled"]["wlm"] == first["profiled"]["wlm"]
+    second = profile.facts(profile.ProfileGrid(("dssm",), ((1, 1),), 1, 4.0), ["w1", "w2"], first, cpu_millis_per_slot=62)
+    assert second["profiled"]["wlm"] == first["profiled"]["wlm"] and first["profiled"]["wlm"]["cpu_millis_per_slot"] == 0
+    assert second["profiled"]["dssm"]["cpu_millis_per_slot"] == 62, "the limits a profile was measured under are recorded"
     assert second["profiled"]["dssm"]["configurations"] == [[1, 1]] and second["profiled"]["dssm"]["kind_workers"] == ["w1", "w2"]
     assert second["steps_per_epoch"] == {m: s.steps_per_epoch for m, s in STANDINS.items()}
 
@@ -154,3 +155,10 @@ def test_the_summary_gives_the_spread_of_a_policy_replaying_the_same_trace():
     assert replay.metrics(jobs)["testbed.drf.repeat_sd"] == pytest.approx(row.repeat_sd)
     error = replay.speed_error(pd.concat([slots_frame(), slots_frame().assign(repeat=1, slot=lambda f: f.slot + 10)]))
     assert error.set_index("model").loc["wlm"].steady_slots == 4, "each repeat's own last slot is left out"
+
+
+def test_startup_is_each_job_types_median_and_leaves_out_rows_measured_before_it_was_recorded():
+    table = measurements("wlm")
+    table["startup_seconds"] = [20.0, 30.0, 25.0, 21.0, 40.0, 26.0, 22.0, 27.0, 23.0, 24.0, 28.0, 29.0]
+    older = measurements("dssm")  # a profile made before startup_seconds was a column: NaN there
+    assert profile.startup(pd.concat([table, older], ignore_index=True)) == {"wlm": 25.5}

@@ -32,15 +32,18 @@ def cmd_testbed_up(args: argparse.Namespace) -> None:
     if args.kind:
         from dl2.testbed import kind
 
-        cluster = kind.up(args.folder, workers=args.workers, log=_log)
+        cluster = kind.up(args.folder, workers=args.workers, log=_log, isolate=args.isolate)
         print(json.dumps({"kubeconfig": str(cluster.kubeconfig), "server": cluster.server, "control_plane": cluster.control_plane,
                           "workers": cluster.workers, "pool": kind.POOL, "node_image": cluster.node_image,
                           "runtime_image": cluster.runtime_image, "images": cluster.images_source,
                           "shared": {"host": str(cluster.shared), "node": kind.SHARED_IN_NODE},
-                          "timings": cluster.timings}, indent=2))
+                          "cpu_millis_per_slot": cluster.cpu_millis_per_slot, "timings": cluster.timings}, indent=2))
         return
     if not args.local:
         raise Dl2Error("say which testbed: `dl2 testbed up --local` (no Docker) or `dl2 testbed up --kind`")
+    if args.isolate:
+        raise Dl2Error("--isolate limits the CPU of pods that run: it is for the kind testbed (`dl2 testbed up --kind --isolate`); "
+                       "the local testbed's KWOK nodes run none")
     preset = get_preset(args.preset, args.params, world=PS_WORKER)
     bed = local.up(args.folder, log=_log)
     kube = bed.kube()
@@ -105,9 +108,28 @@ def cmd_testbed_build(args: argparse.Namespace) -> None:
     print(json.dumps({"folder": str(binaries.folder), "build_s": binaries.build_seconds}))
 
 
+def cmd_testbed_independence(args: argparse.Namespace) -> None:
+    from dl2.sim_to_real.independence import independence
+    from dl2.sim_to_real.profile import ProfileGrid
+    from dl2.testbed import kind
+    from dl2.workload.catalog import load_catalog
+
+    catalog = load_catalog()
+    for model in args.models:
+        catalog.index(model)  # an unknown name says which are known
+    grid = ProfileGrid(tuple(args.models), tuple(_configuration(text) for text in args.configurations), args.repeats, args.seconds)
+    cluster = kind.load(args.folder)
+    kube = cluster.kube()
+    try:
+        answer = independence(kube, kind.pod_runtime(args.folder), cluster.workers, kind.SLOTS_PER_NODE[0], grid, args.out, log=_log)
+    finally:
+        kube.close()
+    print(json.dumps(answer, indent=2))
+
+
 def cmd_testbed_profile(args: argparse.Namespace) -> None:
     from dl2.paths import TESTBED_DIR
-    from dl2.sim_to_real.profile import ProfileGrid, allowed_configurations, profile, spread
+    from dl2.sim_to_real.profile import ProfileGrid, allowed_configurations, profile, spread, startup
     from dl2.testbed import kind
     from dl2.workload.catalog import load_catalog
     from dl2.workload.presets import PS_WORKER, get_preset
@@ -132,7 +154,8 @@ def cmd_testbed_profile(args: argparse.Namespace) -> None:
         kube.close()
     cv = spread(table).cv.dropna()  # the spread over repeats (none with one repeat)
     print(json.dumps({"out": str(args.out or TESTBED_DIR), "measurements": len(table),
-                      "median_cv": float(cv.median()) if len(cv) else None, "max_cv": float(cv.max()) if len(cv) else None}, indent=2))
+                      "median_cv": float(cv.median()) if len(cv) else None, "max_cv": float(cv.max()) if len(cv) else None,
+                      "startup_seconds": startup(table)}, indent=2))
 
 
 def _configuration(text: str) -> tuple[int, int]:
@@ -247,6 +270,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--nodes", type=int, default=None, help="local: how many nodes (default: the preset's num_nodes)")
     up.add_argument("--pool", default=DEFAULT_POOL, help=f"local: node pool label dl2.io/pool (default: {DEFAULT_POOL})")
     up.add_argument("--workers", type=int, default=3, help="kind: how many worker nodes (default: 3)")
+    up.add_argument("--isolate", action="store_true",
+                    help="kind: each task pod gets a CPU limit of its CPU slots' share of the host's cores, so a job's "
+                         "speed depends on its own slots, not its neighbours' (default: pods share the host)")
     up.set_defaults(func=cmd_testbed_up)
     for name, func, text in (("down", cmd_testbed_down, "stop the testbed (kind: remove its nodes, network, rules and daemon)"),
                              ("status", cmd_testbed_status, "which of its processes or nodes run; timings"),
@@ -266,6 +292,15 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     prof.add_argument("--seconds", type=float, default=10.0, help="seconds of training measured per configuration (default 10)")
     prof.add_argument("--out", type=Path, default=None, help="where to write speed.txt, profile.csv, testbed.json (default: data/testbed)")
     prof.set_defaults(func=cmd_testbed_profile)
+    ind = tb.add_parser("independence", parents=[folder],
+                        help="measure job types' speeds on the kind testbed alone and with the rest of the cluster busy")
+    ind.add_argument("--models", nargs="+", default=["resnet-50"], help="job types to measure (default: resnet-50)")
+    ind.add_argument("--configurations", nargs="+", default=["1,1", "2,2"], metavar="P,W",
+                     help="(#PS, #workers) to measure (default: 1,1 2,2)")
+    ind.add_argument("--repeats", type=int, default=2, help="measurements alone and busy of each, each a fresh job (default 2)")
+    ind.add_argument("--seconds", type=float, default=8.0, help="seconds of training measured per configuration (default 8)")
+    ind.add_argument("--out", type=Path, default=Path("independence.json"), help="the JSON (default: independence.json)")
+    ind.set_defaults(func=cmd_testbed_independence)
     connect = argparse.ArgumentParser(add_help=False)
     connect.add_argument("--kubeconfig", type=Path, default=None, help="default: the local testbed's (--kind: the kind testbed's)")
     connect.add_argument("--in-cluster", action="store_true", help="use the pod's service account")

@@ -95,3 +95,26 @@ def test_the_task_process_holds_its_place_until_terminated():
     assert proc.poll() is None
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0
+
+
+def test_an_isolated_training_pod_passes_the_api_server_with_its_cpu_limit_and_downward_env(kube, tmp_path):
+    """With --isolate a task pod carries a CPU request and limit and hears the limit through the downward API:
+    the real API server accepts both (server-side dry run) and keeps them as dl2 wrote them."""
+    from dl2.backends.workloads import Trained
+    from dl2.kube.jobs import JobSpec
+    from dl2.kube.resources import PodRuntime
+    from dl2.testbed.training.threads import CPU_LIMIT_ENV
+
+    ns = space(kube)
+    job = kube.create(trace_manifests(trace(0), scenario().catalog, ns)[0])
+    job["status"] = {"jobId": 0}
+    spec = JobSpec(model=0, epochs=1.0, worker_demand=(2, 4), ps_demand=(2, 0), max_workers=2, max_ps=2,
+                   arrival_slot=0, job_id=0)
+    runtime = PodRuntime("dl2.local/runtime:test", "/venv/bin/python", [], [], "/dl2/shared", tmp_path, cpu_millis_per_slot=62)
+    pods = Trained(ns, scenario().catalog.names, runtime, 20.0, True).pods(job, spec, [("ps", "n0"), ("worker", "n1")], 0, [])
+    for manifest, _ in pods.values():
+        answer = kube.create(manifest, dry_run=True)
+        container = answer["spec"]["containers"][0]
+        assert container["resources"]["limits"]["cpu"] == container["resources"]["requests"]["cpu"] == "124m"
+        env = {e["name"]: e for e in container["env"]}
+        assert env[CPU_LIMIT_ENV]["valueFrom"]["resourceFieldRef"] == {"resource": "limits.cpu", "divisor": "1m"}

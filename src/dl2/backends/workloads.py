@@ -28,6 +28,7 @@ from dl2.kube.client import Kube
 from dl2.kube.jobs import JobSpec
 from dl2.kube.resources import GENERATION_LABEL, ROLE_LABEL, TASK_IMAGE, PodRuntime, jct_status, pod_manifest
 from dl2.testbed.training.progress import read_progress
+from dl2.testbed.training.threads import CPU_LIMIT_ENV
 
 TRAINING_FIELDS = {  # status.training <- progress.json
     "steps": "steps", "epochs": "epochs", "loss": "loss", "firstLoss": "first_loss", "stepsPerSecond": "steps_per_second",
@@ -133,11 +134,15 @@ class Trained:
         env = [{"name": "OMP_NUM_THREADS", "value": "1"}, {"name": "MKL_NUM_THREADS", "value": "1"},
                {"name": "HOME", "value": "/tmp"}, {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
                {"name": "PYTHONUNBUFFERED", "value": "1"}]
+        demand = _demand(spec, role)
+        cpu_millis = demand[0] * rt.cpu_millis_per_slot
+        if cpu_millis > 0:  # the training process sizes its threads by the pod's own limit (the downward API)
+            env.append({"name": CPU_LIMIT_ENV, "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu", "divisor": "1m"}}})
         container = {"image": rt.image, "command": [rt.python], "args": args, "env": env,
                      "volumeMounts": [*rt.volume_mounts, {"name": "tmp", "mountPath": "/tmp"}]}
         volumes = [*rt.volumes, {"name": "tmp", "emptyDir": {}}]
-        return pod_manifest(job, pod, role, _demand(spec, role), container, labels={GENERATION_LABEL: str(generation)},
-                            volumes=volumes, grace_seconds=self.grace_seconds)
+        return pod_manifest(job, pod, role, demand, container, labels={GENERATION_LABEL: str(generation)},
+                            volumes=volumes, grace_seconds=self.grace_seconds, cpu_millis=cpu_millis)
 
     def advance(self, kube: Kube, slot: int, jobs: list[dict], specs: list[JobSpec], nodes: set[str],
                 slot_start: float) -> tuple[float, list[str]]:

@@ -147,11 +147,14 @@ RESTRICTED_CONTAINER = {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 
 
 
 def pod_manifest(job: dict, name: str, role: str, demand: tuple[int, int], container: dict, labels: dict | None = None,
-                 volumes: list[dict] | None = None, grace_seconds: int = 0) -> dict:
+                 volumes: list[dict] | None = None, grace_seconds: int = 0, cpu_millis: int = 0) -> dict:
     """A PS or worker pod of `job` running `container` (image, command, ...), requesting the task's slots and
-    left unscheduled for the dl2 scheduler (`schedulerName: dl2`) to bind."""
+    left unscheduled for the dl2 scheduler (`schedulerName: dl2`) to bind. `cpu_millis` > 0: the pod may use
+    that much CPU (its request and limit, in millicores), so that its speed does not depend on its neighbours'."""
     meta = job["metadata"]
     requests = {CPU_SLOTS: str(demand[0]), GPU_SLOTS: str(demand[1])}
+    if cpu_millis > 0:
+        requests["cpu"] = f"{cpu_millis}m"
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -185,6 +188,7 @@ class PodRuntime:
     volume_mounts: list[dict]
     shared_in_pod: str  # the shared folder's path in a pod
     shared_here: Path  # the same folder, where the scheduler runs
+    cpu_millis_per_slot: int = 0  # the CPU a task gets per CPU slot it holds, in millicores (0: no limit)
 
 
 @dataclass(frozen=True)

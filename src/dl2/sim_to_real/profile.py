@@ -55,7 +55,8 @@ from dl2.workload.traces import Trace
 
 NAMESPACE = "dl2-profile"
 DEMANDS = "public_release"  # the kind workers advertise the paper's node (8 CPU, 8 GPU slots) and its demands
-COLUMNS = ["model", "num_ps", "num_workers", "repeat", "steps_per_second", "seconds", "steps", "ps_cpu", "worker_cpu"]
+COLUMNS = ["model", "num_ps", "num_workers", "repeat", "steps_per_second", "seconds", "steps", "ps_cpu", "worker_cpu",
+           "startup_seconds"]
 PARTIAL = "profile.partial.csv"
 EPOCHS = 1e9  # a profiled job never finishes
 
@@ -156,7 +157,10 @@ class Measuring(Trained):
                     else float("nan") for k in range(count)]
             return [u / window for u in used]
 
-        self.measured.append({"num_ps": last["num_ps"], "num_workers": last["num_workers"],
+        # the configuration trained (steps - start_step) / steps_per_second seconds before its first record
+        rate = first["steps_per_second"]
+        began = first["time"] - (first["steps"] - first["start_step"]) / rate if rate else first["time"]
+        self.measured.append({"num_ps": last["num_ps"], "num_workers": last["num_workers"], "startup_seconds": began - slot_start,
                               "steps_per_second": (last["steps"] - first["steps"]) / window, "seconds": window,
                               "steps": last["steps"] - first["steps"], "ps_cpu": cores("ps", last["num_ps"]),
                               "worker_cpu": cores("worker", last["num_workers"])})
@@ -267,9 +271,18 @@ def spread(profile: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def facts(grid: ProfileGrid, workers: Sequence[str], before: dict | None = None) -> dict:
+def startup(profile: pd.DataFrame) -> dict[str, float]:
+    """Per job type, the median seconds from a configuration's pods being created to its training (torch's import,
+    the rendezvous, the checkpoint's load): what the simulator's `restart_seconds` models. Measurements made
+    before it was recorded are left out."""
+    known = profile.dropna(subset=["startup_seconds"])
+    return {str(model): float(group.startup_seconds.median()) for model, group in known.groupby("model", sort=False)}
+
+
+def facts(grid: ProfileGrid, workers: Sequence[str], before: dict | None = None, cpu_millis_per_slot: int = 0) -> dict:
     """`testbed.json`: the stand-ins' epochs (the `testbed` catalog's) and how each job type's speeds were
-    measured (`before`'s entries for the job types `grid` leaves out are kept)."""
+    measured (`before`'s entries for the job types `grid` leaves out are kept), with the CPU each task pod had
+    per CPU slot (0: none, the pods shared the host)."""
     from dl2.testbed.training.models import STANDINS
 
     try:
@@ -278,7 +291,7 @@ def facts(grid: ProfileGrid, workers: Sequence[str], before: dict | None = None)
     except (OSError, subprocess.CalledProcessError):
         commit = None
     how = {"configurations": [list(c) for c in grid.configurations], "repeats": grid.repeats, "seconds": grid.seconds,
-           "host_cores": os.cpu_count(), "kind_workers": list(workers), "commit": commit,
+           "host_cores": os.cpu_count(), "cpu_millis_per_slot": cpu_millis_per_slot, "kind_workers": list(workers), "commit": commit,
            "date": datetime.date.today().isoformat()}
     profiled = {**(before or {}).get("profiled", {}), **{model: how for model in grid.models}}
     return {"demands": DEMANDS, "mode": "sync", "speed_unit": "batches per second (one batch: one worker's step)",
@@ -315,7 +328,7 @@ def profile(kube: Kube, runtime: PodRuntime, workers: Sequence[str], grid: Profi
     with atomic_path(out / "speed.txt") as tmp:
         tmp.write_text("\n".join(speed_rows(table)) + "\n")
     write_csv_atomic(out / "profile.csv", table)
-    write_json_atomic(out / "testbed.json", facts(grid, workers, before))
+    write_json_atomic(out / "testbed.json", facts(grid, workers, before, runtime.cpu_millis_per_slot))
     partial.unlink(missing_ok=True)
     settings.unlink(missing_ok=True)
     return table

@@ -68,7 +68,8 @@ def pod_runtime(folder: Path | None = None) -> PodRuntime:
     cluster = load(folder)
     volumes, volume_mounts = pod_volumes(folder)
     return PodRuntime(image=cluster.runtime_image, python=str(environment() / "bin" / "python"), volumes=volumes,
-                      volume_mounts=volume_mounts, shared_in_pod=SHARED_IN_NODE, shared_here=cluster.shared)
+                      volume_mounts=volume_mounts, shared_in_pod=SHARED_IN_NODE, shared_here=cluster.shared,
+                      cpu_millis_per_slot=cluster.cpu_millis_per_slot)
 
 
 def pod_cluster(folder: Path | None = None) -> PodCluster:

@@ -46,6 +46,8 @@ CNI_CONFIG = "/etc/cni/net.d/10-dl2.conflist"
 UPSTREAM_NODE_IMAGE = f"kindest/node:{build.KUBERNETES_VERSION}"
 UPSTREAM_RUNTIME_BASE = "debian:bookworm-slim"
 SLOTS_PER_NODE = (8, 8)  # CPU and GPU slots per worker, as a node of the paper's cluster (DESIGN §4)
+RESERVED_MILLIS = 500  # with --isolate: the host's CPU left to the control plane, the kubelets and the scheduler
+MIN_MILLIS_PER_SLOT = 10  # with --isolate: less than this per CPU slot and a pod could not even start Python
 MODULES = Path("/lib/modules")
 SYSTEM_FOLDERS = {"usr", "bin", "sbin", "lib", "lib64", "etc", "var", "opt", "run", "proc", "sys", "dev", "kind"}
 READY_TIMEOUT = 300.0
@@ -77,6 +79,7 @@ class KindCluster:
     images_source: str  # "built" (offline) or "pulled"
     mounts: list[Mount]
     timings: dict[str, float] = field(default_factory=dict)
+    cpu_millis_per_slot: int = 0  # each task pod's CPU per CPU slot it holds, in millicores (0: pods share the host)
 
     @property
     def nodes(self) -> list[str]:
@@ -175,7 +178,7 @@ def load(folder: Path | None = None) -> KindCluster:
         raise Dl2Error(f"the kind testbed in {folder} did not finish starting: `dl2 testbed down --kind` and up again")
     return KindCluster(folder, state["name"], Path(state["kubeconfig"]), state["server"], state["control_plane"],
                        state["workers"], state["node_image"], state["runtime_image"], state["images_source"],
-                       [Mount(**m) for m in state["mounts"]], state["timings"])
+                       [Mount(**m) for m in state["mounts"]], state["timings"], state.get("cpu_millis_per_slot", 0))
 
 
 # -- up
@@ -198,12 +201,32 @@ def _timed(timings: dict[str, float], key: str, log: Log, text: str, action: Cal
     return result
 
 
-def up(folder: Path | None = None, workers: int = 3, log: Log = print, images_source: str | None = None) -> KindCluster:
+def host_cores() -> int:
+    """The cores this process (and so the kind nodes it starts) may run on."""
+    return len(os.sched_getaffinity(0))
+
+
+def cpu_millis_per_slot(cores: int, workers: int, cpu_slots: int = SLOTS_PER_NODE[0]) -> int:
+    """With --isolate, each CPU slot's share of the host in millicores: the host's cores less the control plane's
+    reserve, divided evenly over every worker's CPU slots, so that the pods together never ask for more CPU than
+    the host has and a job's speed depends on its own slots, not on its neighbours'."""
+    millis = (1000 * cores - RESERVED_MILLIS) // (workers * cpu_slots)
+    if millis < MIN_MILLIS_PER_SLOT:
+        raise Dl2Error(f"--isolate: {cores} core(s) less {RESERVED_MILLIS} m for the control plane over {workers} workers "
+                       f"of {cpu_slots} CPU slots leave {max(millis, 0)} m per slot (at least {MIN_MILLIS_PER_SLOT} m): "
+                       "use fewer --workers or a host with more cores")
+    return millis
+
+
+def up(folder: Path | None = None, workers: int = 3, log: Log = print, images_source: str | None = None,
+       isolate: bool = False) -> KindCluster:
     """Create the kind testbed in `folder` (default: the cache's `kind/`). `images_source`: "pull", "build" or
-    None (pull where a registry answers, else build; `DL2_KIND_IMAGES` sets it too)."""
+    None (pull where a registry answers, else build; `DL2_KIND_IMAGES` sets it too). `isolate`: each task pod
+    gets a CPU request and limit of its CPU slots' share of the host (`cpu_millis_per_slot`)."""
     folder = Path(folder or default_folder()).resolve()
     if workers < 1:
         raise Dl2Error(f"--workers must be at least 1 (got {workers})")
+    share = cpu_millis_per_slot(host_cores(), workers) if isolate else 0
     if (folder / STATE_FILE).is_file():
         raise Dl2Error(f"a kind testbed is recorded in {folder}: `dl2 testbed down --kind` first")
     if os.geteuid() != 0:
@@ -220,7 +243,8 @@ def up(folder: Path | None = None, workers: int = 3, log: Log = print, images_so
     (folder / "shared").chmod(0o1777)  # training pods run as a non-root user; sticky: none removes another's files
     node_mounts = mounts(folder)
     state: dict = {"folder": str(folder), "name": CLUSTER, "ready": False, "containers": {}, "forward_rules": [],
-                   "mounts": [asdict(m) for m in node_mounts], "timings": timings}
+                   "mounts": [asdict(m) for m in node_mounts], "timings": timings, "host_cores": host_cores(),
+                   "cpu_millis_per_slot": share}
     _save(folder, state)
     try:
         daemon = _timed(timings, "daemon_s", log, "starting the private Docker daemon",
@@ -473,7 +497,8 @@ def status(folder: Path | None = None) -> dict:
             "kubeconfig": state.get("kubeconfig"), "server": state.get("server"), "daemon": daemon is not None,
             "containers": containers, "nodes_ready": nodes, "node_image": state.get("node_image"),
             "runtime_image": state.get("runtime_image"), "images_source": state.get("images_source"),
-            "mounts": state.get("mounts"), "timings": state.get("timings", {})}
+            "mounts": state.get("mounts"), "timings": state.get("timings", {}), "host_cores": state.get("host_cores"),
+            "cpu_millis_per_slot": state.get("cpu_millis_per_slot", 0)}
 
 
 def down(folder: Path | None = None) -> list[str]:

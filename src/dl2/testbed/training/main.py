@@ -27,6 +27,7 @@ from dl2.testbed.training.job import JobConfig
 from dl2.testbed.training.models import STANDINS, get_standin
 from dl2.testbed.training.ps import Coordinator, ParameterServer
 from dl2.testbed.training.stopping import stop_on_signals
+from dl2.testbed.training.threads import training_threads
 from dl2.testbed.training.worker import Worker
 
 
@@ -82,7 +83,7 @@ def parse(argv: list[str] | None = None) -> tuple[JobConfig, float]:
 
 def train(job: JobConfig, stop: threading.Event, joined: threading.Event) -> int:
     """Run this process's role to its end; the exit code. `joined` is set once the rendezvous is complete."""
-    torch.set_num_threads(1)
+    torch.set_num_threads(training_threads())
     try:
         check_not_stale(job.state, job.generation)
         coordinator = job.role == "ps" and job.index == 0
