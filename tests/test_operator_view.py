@@ -1,0 +1,61 @@
+"""What an operator of the testbeds reads (issue 34, item 7): the slot line while pods start, the scheduler's
+final answer, the MLflow store's logging, the kind daemon's socket and the build's progress lines."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from dl2.backends.loop import run, slot_line
+from dl2.backends.sim import SimulatedCluster
+from dl2.backends.workloads import Emulated, Trained
+from dl2.kube.resources import GENERATION_LABEL, JOB_LABEL, PodRuntime
+from dl2.schedulers import get_scheduler
+from dl2.sim.scenario import Scenario
+from dl2.testbed.training.progress import write_progress
+from dl2.workload.presets import get_preset
+from dl2.workload.traces import generate_trace
+
+CENSUS = {"waiting": 1, "running": 2, "done": 0, "tasks": 5}
+
+
+def test_the_slot_line_says_how_many_starting_pods_are_ready():
+    plain = slot_line(4, 0.0, CENSUS, 20.04)
+    assert plain == "slot 4: 1 waiting, 2 running, 0 done; 5 tasks placed; reward 0.000; 20.0 s"
+    assert slot_line(4, 0.0, {**CENSUS, "starting": 0, "starting_ready": 0}, 20.04) == plain
+    starting = slot_line(4, 0.0, {**CENSUS, "starting": 5, "starting_ready": 3}, 20.04)
+    assert starting == "slot 4: 1 waiting, 2 running, 0 done; 5 tasks placed; pods starting: 3 of 5 ready; reward 0.000; 20.0 s"
+
+
+def test_the_simulators_slot_lines_have_no_starting_pods():
+    scenario = Scenario(replace(get_preset("paper"), num_jobs=6))
+    trace = generate_trace(scenario.preset, scenario.catalog, seed=1)
+    lines: list[str] = []
+    run(SimulatedCluster(trace, scenario), get_scheduler("drf"), progress=lines.append)
+    assert lines and all(line.startswith(f"slot {k}: ") for k, line in enumerate(lines))
+    assert not any("starting" in line for line in lines)
+
+
+def _job(name: str) -> dict:
+    return {"metadata": {"name": name, "uid": f"{name}-0123456789"}}
+
+
+def _pod(job: str, generation: int, ready: bool) -> dict:
+    return {"metadata": {"name": f"{job}-g{generation}", "labels": {JOB_LABEL: job, GENERATION_LABEL: str(generation)}},
+            "spec": {"nodeName": "w1"}, "status": {"conditions": [{"type": "Ready", "status": str(ready)}]}}
+
+
+def test_trained_pods_start_until_their_configuration_acknowledges_a_step(tmp_path):
+    runtime = PodRuntime("image", "python", [], [], "/dl2/shared", tmp_path)
+    trained = Trained("ns", ("resnet-50",), runtime, slot_seconds=20.0, fine_grained=True)
+    jobs = [_job("a"), _job("b")]
+    pods = [_pod("a", 3, True), _pod("a", 3, False), _pod("b", 1, True), _pod("c", 1, True)]  # c: not a running job
+    assert trained.starting(jobs, pods) == pods[:3], "no job has checkpointed yet"
+
+    folder: Path = trained.state_folder(jobs[1])
+    folder.mkdir(parents=True)
+    write_progress(folder, {"generation": 1, "steps": 12})
+    assert trained.starting(jobs, pods) == pods[:2], "b's configuration 1 has acknowledged a step"
+    write_progress(folder, {"generation": 0, "steps": 12})
+    assert trained.starting(jobs, pods) == pods[:3], "b's last record is an older configuration's"
+    assert Emulated("ns", None, True).starting(jobs, pods) == []
