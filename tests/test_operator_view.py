@@ -3,8 +3,14 @@ final answer, the MLflow store's logging, the kind daemon's socket and the build
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
+
+from mlflow.tracking import MlflowClient
 
 from dl2.backends.loop import run, slot_line
 from dl2.backends.sim import SimulatedCluster
@@ -12,6 +18,7 @@ from dl2.backends.workloads import Emulated, Trained
 from dl2.kube.resources import GENERATION_LABEL, JOB_LABEL, PodRuntime
 from dl2.schedulers import get_scheduler
 from dl2.sim.scenario import Scenario
+from dl2.testbed.kind import cluster as kind
 from dl2.testbed.training.progress import write_progress
 from dl2.workload.presets import get_preset
 from dl2.workload.traces import generate_trace
@@ -59,3 +66,34 @@ def test_trained_pods_start_until_their_configuration_acknowledges_a_step(tmp_pa
     write_progress(folder, {"generation": 0, "steps": 12})
     assert trained.starting(jobs, pods) == pods[:3], "b's last record is an older configuration's"
     assert Emulated("ns", None, True).starting(jobs, pods) == []
+
+
+STORE_SCRIPT = """
+import logging
+from dl2 import tracking
+jobs = [{"metadata": {"name": "job-00001"}, "status": {"phase": "Succeeded", "jct": 2.5}}]
+print(tracking.log_scheduler_run("ns", {"policy": "drf"}, jobs, cluster_slots=15, slots_run=5))
+logging.getLogger("mlflow.store.db.utils").warning("a warning of the store")
+"""
+
+
+def test_a_new_mlflow_store_keeps_its_info_lines_out_of_stderr_but_not_its_warnings(tmp_path):
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    done = subprocess.run([sys.executable, "-c", STORE_SCRIPT], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "INFO" not in done.stderr and "database tables" not in done.stderr, done.stderr
+    assert "a warning of the store" in done.stderr
+    run = MlflowClient(env["MLFLOW_TRACKING_URI"]).get_run(done.stdout.split()[-1])
+    assert run.data.metrics == {"cluster_slots": 15.0, "slots_run": 5.0, "jct.job-00001": 2.5, "avg_jct": 2.5}
+
+
+def test_kind_json_gives_the_private_daemons_socket_and_the_docker_ps_that_uses_it(tmp_path):
+    socket = "/run/dl2-kind-0123/docker.sock"
+    state = {"folder": str(tmp_path), "name": "dl2", "ready": True, "daemon_pid": 4321, "daemon_socket": socket,
+             "kubeconfig": str(tmp_path / "kubeconfig"), "server": "https://172.18.0.2:6443", "control_plane": "dl2-control-plane",
+             "workers": ["dl2-worker"], "node_image": "n", "runtime_image": "r", "images_source": "built", "mounts": [], "timings": {}}
+    (tmp_path / kind.STATE_FILE).write_text(json.dumps(state))
+    access = {"socket": socket, "docker_host": f"unix://{socket}", "docker_ps": f"DOCKER_HOST=unix://{socket} docker ps"}
+    assert kind.load(tmp_path).docker == access
+    shown = kind.status(tmp_path)  # no daemon runs here: the record still says where it listened
+    assert (shown["daemon"], shown["daemon_pid"], shown["docker"]) == (False, 4321, access)

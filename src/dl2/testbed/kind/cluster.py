@@ -5,7 +5,7 @@ answers, else built offline by `images.py`), creates the kind network with FORWA
 bridge (`firewall.py`), runs `kind create cluster` (one control plane, N workers labelled for dl2's
 pool, every node with the mounts of `mounts()`), gives each node its pod network where kindnetd is not
 available, loads the runtime image into the workers, advertises the workers' CPU and GPU slots and installs
-the DL2Job CRD. The folder's `kind.json` records what was started (daemon pid, container ids, network,
+the DL2Job CRD. The folder's `kind.json` records what was started (daemon pid and socket, container ids, network,
 FORWARD rules), step by step, so `down` from any process removes exactly that, even after a failed `up`.
 """
 
@@ -77,6 +77,12 @@ class KindCluster:
     images_source: str  # "built" (offline) or "pulled"
     mounts: list[Mount]
     timings: dict[str, float] = field(default_factory=dict)
+    daemon_socket: str = ""  # the private Docker daemon's unix socket
+
+    @property
+    def docker(self) -> dict[str, str]:
+        """How to reach the private daemon with a Docker client (`docker_access`)."""
+        return docker_access(self.daemon_socket)
 
     @property
     def nodes(self) -> list[str]:
@@ -89,6 +95,13 @@ class KindCluster:
 
     def kube(self, **kwargs) -> Kube:
         return Kube.from_kubeconfig(self.kubeconfig, **kwargs)
+
+
+def docker_access(socket: str | None) -> dict[str, str]:
+    """The private daemon's socket, and the `docker ps` that lists its node containers (no other daemon knows them)."""
+    if not socket:
+        return {}
+    return {"socket": socket, "docker_host": f"unix://{socket}", "docker_ps": f"DOCKER_HOST=unix://{socket} docker ps"}
 
 
 def default_folder() -> Path:
@@ -175,7 +188,7 @@ def load(folder: Path | None = None) -> KindCluster:
         raise Dl2Error(f"the kind testbed in {folder} did not finish starting: `dl2 testbed down --kind` and up again")
     return KindCluster(folder, state["name"], Path(state["kubeconfig"]), state["server"], state["control_plane"],
                        state["workers"], state["node_image"], state["runtime_image"], state["images_source"],
-                       [Mount(**m) for m in state["mounts"]], state["timings"])
+                       [Mount(**m) for m in state["mounts"]], state["timings"], state.get("daemon_socket", ""))
 
 
 # -- up
@@ -225,8 +238,9 @@ def up(folder: Path | None = None, workers: int = 3, log: Log = print, images_so
     try:
         daemon = _timed(timings, "daemon_s", log, "starting the private Docker daemon",
                         lambda: docker_daemon.start(folder, log))
-        state["daemon_pid"] = daemon.pid
+        state.update(daemon_pid=daemon.pid, daemon_socket=str(daemon.socket))
         _save(folder, state)
+        log(f"the private Docker daemon: pid {daemon.pid}; its containers: {docker_access(str(daemon.socket))['docker_ps']}")
         pulled = source != "build" and (source == "pull" or _registry_reachable()) and \
             _timed(timings, "pull_s", log, "a registry answers: pulling the images", lambda: _pull(daemon, log, source == "pull"))
         if pulled:
@@ -471,6 +485,7 @@ def status(folder: Path | None = None) -> dict:
             kube.close()
     return {"folder": str(folder), "name": state["name"], "ready": state.get("ready", False),
             "kubeconfig": state.get("kubeconfig"), "server": state.get("server"), "daemon": daemon is not None,
+            "daemon_pid": state.get("daemon_pid"), "docker": docker_access(state.get("daemon_socket")),
             "containers": containers, "nodes_ready": nodes, "node_image": state.get("node_image"),
             "runtime_image": state.get("runtime_image"), "images_source": state.get("images_source"),
             "mounts": state.get("mounts"), "timings": state.get("timings", {})}
