@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from dl2.backends.loop import run, slot_line
@@ -18,7 +21,10 @@ from dl2.backends.workloads import Emulated, Trained
 from dl2.kube.resources import GENERATION_LABEL, JOB_LABEL, PodRuntime
 from dl2.schedulers import get_scheduler
 from dl2.sim.scenario import Scenario
+from dl2.testbed.build import Binaries
 from dl2.testbed.kind import cluster as kind
+from dl2.testbed.kind import images
+from dl2.testbed.steps import timed_step
 from dl2.testbed.training.progress import write_progress
 from dl2.workload.presets import get_preset
 from dl2.workload.traces import generate_trace
@@ -97,3 +103,29 @@ def test_kind_json_gives_the_private_daemons_socket_and_the_docker_ps_that_uses_
     assert kind.load(tmp_path).docker == access
     shown = kind.status(tmp_path)  # no daemon runs here: the record still says where it listened
     assert (shown["daemon"], shown["daemon_pid"], shown["docker"]) == (False, 4321, access)
+
+
+def test_a_long_step_logs_its_start_a_heartbeat_and_its_elapsed_time():
+    lines: list[str] = []
+    with timed_step(lines.append, "[build] node rootfs: debootstrap", "log: build.log", heartbeat_s=0.05) as took:
+        time.sleep(0.3)
+    assert lines[0] == "[build] node rootfs: debootstrap (started; log: build.log)"
+    beats = lines[1:-1]
+    assert 2 <= len(beats) <= 6 and all(re.fullmatch(r"\[build\] node rootfs: debootstrap: still running after 0\.\d s", b) for b in beats)
+    assert 0.3 <= took.seconds < 5 and lines[-1] == f"[build] node rootfs: debootstrap: done in {took.seconds:.1f} s"
+    quiet: list[str] = []
+    with pytest.raises(ValueError), timed_step(quiet.append, "[up] kind create cluster", heartbeat_s=0):
+        time.sleep(0.1)
+        raise ValueError("kind failed")
+    assert quiet[0] == "[up] kind create cluster (started)" and re.fullmatch(r"\[up\] kind create cluster: failed after 0\.\d s", quiet[1])
+    assert len(quiet) == 2
+
+
+def test_each_image_build_step_logs_when_it_starts_and_how_long_it_took(tmp_path):
+    lines: list[str] = []
+    builder = images._Builder(tmp_path, Binaries(tmp_path / "bin", 0.0), "http://deb.example/debian", lines.append)
+    builder.step("node-rootfs", "debootstrap the node rootfs", lambda: time.sleep(0.2), 2, 7)
+    builder.step("node-rootfs", "debootstrap the node rootfs", lambda: pytest.fail("a step done is not done again"), 2, 7)
+    assert lines == [f"[images 2/7] debootstrap the node rootfs (started; log: {tmp_path / 'build.log'})",
+                     f"[images 2/7] debootstrap the node rootfs: done in {builder.steps['node-rootfs']:.1f} s"]
+    assert json.loads((tmp_path / "steps.json").read_text()) == builder.steps and builder.steps["node-rootfs"] >= 0.2

@@ -32,6 +32,7 @@ from dl2.kube.client import ApiError, Kube
 from dl2.kube.resources import NODE_INDEX_LABEL, POOL_LABEL, advertise_slots, install_crd, is_ready, slots
 from dl2.paths import repo_root, write_json_atomic, write_text_atomic
 from dl2.testbed import build
+from dl2.testbed.steps import HEARTBEAT_S, timed_step
 
 from . import daemon as docker_daemon
 from . import firewall, host, images
@@ -203,11 +204,11 @@ def _registry_reachable(url: str = "https://registry-1.docker.io/v2/") -> bool:
     return True
 
 
-def _timed(timings: dict[str, float], key: str, log: Log, text: str, action: Callable):
-    log(text)
-    began = time.perf_counter()
-    result = action()
-    timings[key] = round(time.perf_counter() - began, 2)
+def _timed(timings: dict[str, float], key: str, log: Log, text: str, action: Callable, heartbeat: bool = True):
+    """Run `up`'s step `action` between its progress lines (`timed_step`); its seconds go to `timings[key]`."""
+    with timed_step(log, f"[up] {text}", heartbeat_s=HEARTBEAT_S if heartbeat else 0) as took:
+        result = action()
+    timings[key] = round(took.seconds, 2)
     return result
 
 
@@ -250,10 +251,10 @@ def up(folder: Path | None = None, workers: int = 3, log: Log = print, images_so
                                                     f"{UPSTREAM_RUNTIME_BASE}", lambda: _runtime_from_registry(daemon, folder))
         else:
             binaries = _timed(timings, "binaries_s", log, "building the Go binaries (cached after the first time)",
-                              lambda: build.ensure_binaries(log))
+                              lambda: build.ensure_binaries(log), heartbeat=False)
             kind = str(binaries.path("kind"))
             built = _timed(timings, "images_s", log, "building the node and runtime images (cached after the first time)",
-                           lambda: images.ensure_images(binaries, log))
+                           lambda: images.ensure_images(binaries, log), heartbeat=False)
             node_image, runtime_image, runtime_archive = built.node, built.runtime, built.runtime_archive
             _timed(timings, "node_image_load_s", log, f"loading {node_image} into the daemon",
                    lambda: _load_archive(daemon, node_image, built.node_archive))
