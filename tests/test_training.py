@@ -27,19 +27,19 @@ from dl2.workload.catalog import load_catalog
 REPO = Path(__file__).resolve().parents[1]
 # how long a job's processes may take: on 2 cores beside the cold Go build, importing torch alone took over a minute
 PATIENCE_S = 240
-CHECKPOINT_LINE = re.compile(r"checkpoint at step (\d+) \([\d.]+ epochs, loss ([\d.]+)")
+CHECKPOINT_LINE = re.compile(r"\] checkpoint: step (\d+) \([\d.]+ of [\d.]+ epochs\), loss ([\d.]+)")
 
 
 class Job:
     """The processes of one configuration of a job, started as local subprocesses, each logging to a file."""
 
     def __init__(self, folder: Path, model: str, num_ps: int, num_workers: int, epochs: float, generation: int,
-                 mode: str = "sync", every: int = 0, job: str = "job"):
+                 mode: str = "sync", every: int = 0, job: str = "job", extra: tuple[str, ...] = ()):
         self.state, self.logs, self.procs = folder / "state", folder / "logs", []
         self.logs.mkdir(parents=True, exist_ok=True)
         common = ["--job", job, "--model", model, "--num-ps", str(num_ps), "--num-workers", str(num_workers), "--state", str(self.state),
                   "--epochs", str(epochs), "--mode", mode, "--generation", str(generation), "--checkpoint-every", str(every),
-                  "--checkpoint-seconds", "0", "--timeout", "180", "--stop-timeout", "15"]
+                  "--checkpoint-seconds", "0", "--timeout", "180", "--stop-timeout", "15", *extra]
         for role, count in (("ps", num_ps), ("worker", num_workers)):
             for i in range(count):
                 log = self.logs / f"g{generation}-{role}{i}.log"
@@ -98,7 +98,8 @@ def resumed_steps(job: Job) -> set[tuple[int, str]]:
     found = set()
     for name, _, log in job.procs:
         if name.startswith("worker"):
-            found.update((int(s), d) for s, d in re.findall(r"pulled the parameters at step (\d+) \(sha256 (\w+)\)", log.read_text()))
+            pulled = re.findall(r"train: from step (\d+), pulled the parameters \(sha256 (\w+)\)", log.read_text())
+            found.update((int(s), d) for s, d in pulled)
     return found
 
 
@@ -194,7 +195,7 @@ def test_bad_flags_say_what_to_fix(tmp_path, capsys):
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_job_trains_to_its_epochs(tmp_path, mode):
-    job = Job(tmp_path, "cnn-text-classification", 1, 2, epochs=5, generation=0, mode=mode, every=50)
+    job = Job(tmp_path, "cnn-text-classification", 1, 2, epochs=5, generation=0, mode=mode, every=50, extra=("--log-seconds", "0.2"))
     codes = job.wait(timeout=PATIENCE_S)
     assert set(codes.values()) == {0}, job.dump()
     progress = read_progress(job.state)
@@ -203,7 +204,27 @@ def test_a_job_trains_to_its_epochs(tmp_path, mode):
     assert progress["updates"] == (progress["steps"] // 2 if mode == "sync" else progress["steps"])
     assert progress["loss"] < 0.8 * progress["first_loss"], progress
     for name, _, _ in job.procs:
-        assert "acknowledged, stopping" in job.text(name) or "written, done" in job.text(name), job.dump()
+        assert "acknowledged, stopping" in job.text(name) or f"written to {job.state / 'checkpoint.pt'}, done" in job.text(name), job.dump()
+    assert_logs_progress(job, progress["steps"])
+
+
+LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \[job g0 (ps|worker) \d/\d\] (start|wait|train|progress|checkpoint|exit): .+$")
+
+
+def assert_logs_progress(job: Job, steps: int) -> None:
+    """What `kubectl logs` of each pod would show: lines of the one format, from `start` to `exit`, PS 0's progress
+    and checkpoints with step, loss and speed, and far fewer lines than steps."""
+    for name, _, _ in job.procs:
+        lines = job.text(name).splitlines()
+        assert all(LOG_LINE.match(line) for line in lines), job.text(name)
+        assert " start: model cnn-text-classification, 1 PS and 2 workers" in lines[0], lines[0]
+        assert lines[-1].endswith(f"exit: code 0, done at step {steps} (5 epochs)"), lines[-1]
+        assert len(lines) < steps / 5, f"{len(lines)} lines for {steps} steps: the log is not per step"
+    ps0 = job.text("ps 0")
+    assert "train: a new job, from step 0 (0.000 of 5 epochs)" in ps0
+    progress = re.findall(r"progress: step (\d+) \([\d.]+ of 5 epochs\), loss ([\d.]+), ([\d.]+) steps/s$", ps0, re.M)
+    assert progress and all(int(s) > 0 and float(loss) > 0 and float(rate) > 0 for s, loss, rate in progress), ps0
+    assert len(job.checkpoint_losses()) == steps // 50, ps0
 
 
 @pytest.mark.slow
@@ -226,7 +247,7 @@ def test_a_resize_keeps_parameters_optimizer_state_and_step_count(tmp_path):
     assert set(big.wait(timeout=30).values()) == {0}, big.dump()
     assert "waiting for generation 1 to let go" in big.text("ps 0")
     assert resumed_steps(big) == {(before.steps, params_digest(before.params))}, big.dump()
-    assert f"start at step {before.steps} " in big.text("ps 0")
+    assert f"train: resumed from step {before.steps} " in big.text("ps 0")
     after = load_checkpoint(big.state, "job", model)
     assert (after.num_ps, after.num_workers, after.generation) == (2, 3, 2)
     assert after.updates == before.updates + (after.steps - before.steps) // 3
@@ -276,7 +297,7 @@ def test_sigterm_while_torch_imports_stops_the_process_at_once(tmp_path):
         assert "libtorch" not in Path(f"/proc/{proc.pid}/maps").read_text(), "SIGTERM is caught before torch loads"
         proc.send_signal(signal.SIGTERM)
     assert job.wait(timeout=PATIENCE_S) == {"ps 0": 0, "worker 0": 0}, job.dump()
-    assert all("stopped before the rendezvous completed" in job.text(n) for n in ("ps 0", "worker 0")), job.dump()
+    assert all("exit: code 0, stopped (SIGTERM) before the rendezvous completed" in job.text(n) for n in ("ps 0", "worker 0")), job.dump()
 
 
 def test_processes_of_a_stale_generation_refuse_to_start(tmp_path):

@@ -37,7 +37,8 @@ def cmd_testbed_up(args: argparse.Namespace) -> None:
                           "workers": cluster.workers, "pool": kind.POOL, "node_image": cluster.node_image,
                           "runtime_image": cluster.runtime_image, "images": cluster.images_source,
                           "shared": {"host": str(cluster.shared), "node": kind.SHARED_IN_NODE},
-                          "cpu_millis_per_slot": cluster.cpu_millis_per_slot, "timings": cluster.timings}, indent=2))
+                          "cpu_millis_per_slot": cluster.cpu_millis_per_slot, "docker": cluster.docker,
+                          "timings": cluster.timings}, indent=2))
         return
     if not args.local:
         raise Dl2Error("say which testbed: `dl2 testbed up --local` (no Docker) or `dl2 testbed up --kind`")
@@ -232,16 +233,17 @@ def cmd_scheduler_run(args: argparse.Namespace) -> None:
         backend = KubeCluster(kube, scenario, args.namespace, args.pool, workload=_workload(args, scenario))
         lease = Lease(kube, args.namespace, duration=args.lease_seconds) if args.lease_seconds > 0 else None
         say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-        slots = run(backend, scheduler, args.slot_seconds, args.max_slots, args.until_done, log=say,
-                    progress=None if args.quiet else say, lease=lease)
+        slots_run = run(backend, scheduler, args.slot_seconds, args.max_slots, args.until_done, log=say,
+                        progress=None if args.quiet else say, lease=lease)
         jct = {job_name(job): value for job, value in sorted(backend.jct().items())}  # as kubectl names the DL2Jobs
-        result = {"slots": slots, "slot": backend.slot, "jct": jct}
+        # the cluster's clock counts the slots of every scheduler that ran the namespace (restarts included)
+        result = {"cluster_slots": backend.slot, "slots_run": slots_run, "jct": jct}
         if not args.no_mlflow:
             from dl2 import tracking
 
             params = {"policy": args.policy, "preset": args.preset, "pool": args.pool, "slot_seconds": args.slot_seconds,
                       "trained": args.trained, "assign_bundle": args.assign_bundle}
-            result["mlflow_run"] = tracking.log_scheduler_run(args.namespace, params, backend.jobs(), slots)
+            result["mlflow_run"] = tracking.log_scheduler_run(args.namespace, params, backend.jobs(), backend.slot, slots_run)
         print(json.dumps(result, indent=2))
     finally:
         kube.close()

@@ -3,6 +3,7 @@ nested run per ablation cell."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import time
@@ -27,8 +28,15 @@ EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 PARAMS_PER_CALL = 100  # MLflow's limit for one log_batch
 
 
+STORE_LOGGERS = ("mlflow.store", "alembic")  # their INFO lines (creating and migrating the SQLite tables) are the store's own
+
+
 def tracking_uri() -> str:
-    """`MLFLOW_TRACKING_URI` if set, else `sqlite:///<repo>/mlflow.db`, wherever the caller runs from."""
+    """`MLFLOW_TRACKING_URI` if set, else `sqlite:///<repo>/mlflow.db`, wherever the caller runs from. Every
+    opening of the store asks for it, so it also keeps the store's own INFO lines out of the caller's stream
+    (a scheduler's slot lines are on stderr); its warnings and errors still show."""
+    for name in STORE_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{repo_root() / 'mlflow.db'}"
 
 
@@ -109,16 +117,18 @@ def log_metrics(metrics: Mapping[str, float], prefix: str = "") -> None:
     mlflow.log_metrics(clean)
 
 
-def log_scheduler_run(namespace: str, params: Mapping[str, Any], jobs: list[dict], slots: int) -> str:
+def log_scheduler_run(namespace: str, params: Mapping[str, Any], jobs: list[dict], cluster_slots: int, slots_run: int) -> str:
     """One finished MLflow run for a `dl2 k8s-scheduler run` (tag `dl2.stage: k8s-scheduler`): its `params`,
     and from the DL2Jobs' status each succeeded job's JCT (`jct.<job>`, slots), their mean (`avg_jct`), the
-    slots run and, where pods really trained, each job's acknowledged steps and last loss. Returns its id."""
+    slots the cluster has run (`cluster_slots`, every scheduler process's, restarts included) and those this
+    process ran (`slots_run`) and, where pods really trained, each job's acknowledged steps and last loss.
+    Returns its id."""
     client = MlflowClient(tracking_uri())
     tags = {"dl2.stage": "k8s-scheduler", "dl2.namespace": namespace, "mlflow.source.git.commit": git_commit()}
     run_id = client.create_run(experiment_id(), run_name=f"k8s-scheduler-{namespace}", tags=tags).info.run_id
     _log_params(client, run_id, params)
     now = int(time.time() * 1000)
-    metrics, jcts = [Metric("slots", float(slots), now, 0)], []
+    metrics, jcts = [Metric("cluster_slots", float(cluster_slots), now, 0), Metric("slots_run", float(slots_run), now, 0)], []
     for job in jobs:
         name, status = job["metadata"]["name"], job.get("status", {})
         if status.get("phase") == "Succeeded":

@@ -3,6 +3,8 @@ API errors and conflicts, invalid DL2Jobs."""
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import ssl
 import subprocess
@@ -12,6 +14,7 @@ import time
 import httpx2
 import pytest
 from lightkube.resources.core_v1 import ConfigMap, Node, Pod, PodStatus
+from mlflow.tracking import MlflowClient
 
 from dl2.backends.emulator import ProgressEmulator
 from dl2.backends.kube import KubeCluster
@@ -53,6 +56,12 @@ def test_killed_mid_run_the_scheduler_resumes_from_the_cluster(kube, testbed, tm
     backend = KubeCluster(kube, sc, ns, ns)
     assert_simulator_jcts(backend.jct(), tr, sc)
     assert killed_at >= 5
+    # its answer tells the cluster's slots from its own; its stderr holds only its own lines (no MLflow store's INFO)
+    result = json.loads(out)
+    assert (result["cluster_slots"], result["slots_run"]) == (backend.slot, backend.slot - killed_at), result
+    metrics = MlflowClient(os.environ["MLFLOW_TRACKING_URI"]).get_run(result["mlflow_run"]).data.metrics
+    assert (metrics["cluster_slots"], metrics["slots_run"]) == (backend.slot, backend.slot - killed_at)
+    assert all(line.startswith(("slot ", "waiting: ")) for line in err.splitlines()), err
 
 
 def _clock(kube, ns) -> int:

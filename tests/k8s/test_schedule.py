@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 import time
 
@@ -13,18 +14,20 @@ from forging import FORGERIES, Forging
 from lightkube.resources.core_v1 import Pod
 
 from dl2.backends.kube import KubeCluster
-from dl2.backends.loop import run
+from dl2.backends.loop import run, slot_line
 from dl2.backends.sim import simulate
+from dl2.backends.workloads import Trained
 from dl2.errors import Dl2Error
 from dl2.kube.jobs import submit_trace, trace_manifests
-from dl2.kube.resources import JOB_LABEL, SCHEDULER_NAME, DL2Job
+from dl2.kube.resources import JOB_LABEL, SCHEDULER_NAME, DL2Job, PodRuntime
 from dl2.learn.agent import DL2Policy, DL2Scheduler
 from dl2.learn.architecture import net_config
 from dl2.schedulers import get_scheduler
 from dl2.sim.scenario import Scenario
 from dl2.testbed.build import ensure_binaries
+from dl2.testbed.training.progress import write_progress
 
-from .support import PRESET, scenario, space, trace
+from .support import PRESET, scenario, space, submitted, trace
 
 
 def run_on_kubernetes(kube, tr, sc, scheduler, ns=None):
@@ -135,3 +138,25 @@ def test_the_kubernetes_backend_refuses_an_allocation_as_the_simulator_does(kube
         run(backend, Forging(forge))
     assert str(on_kubernetes.value) == str(in_simulator.value)
     assert backend.committed is None and kube.list(Pod, ns, labels={JOB_LABEL: None}) == [], "nothing of it carried out"
+
+
+def test_trained_pods_read_as_starting_in_the_slot_line_until_their_configuration_checkpoints(kube, tmp_path):
+    """KWOK runs no container, so the pods of a `Trained` workload never checkpoint here: the slot line says they
+    are starting, with how many are Ready, until a progress record of their generation appears."""
+    sc, _, ns = submitted(kube, 3)
+    runtime = PodRuntime("dl2.local/runtime:test", "/usr/bin/python3", [], [], "/dl2/shared", tmp_path)
+    workload = Trained(ns, sc.catalog.names, runtime, slot_seconds=0.0, fine_grained=True, grace_seconds=0)
+    backend = KubeCluster(kube, sc, ns, ns, workload=workload)
+    lines: list[str] = []
+    run(backend, get_scheduler("drf"), max_slots=1, until_done=False, progress=lines.append)
+    census = backend.census()
+    assert census["tasks"] > 0 and census["starting"] == census["tasks"], census
+    assert re.search(rf"; pods starting: \d+ of {census['tasks']} ready; reward 0\.000; ", lines[0]), lines
+    for job in backend.jobs():
+        if job["status"].get("phase") == "Running":
+            folder = workload.state_folder(job)
+            folder.mkdir(parents=True, exist_ok=True)
+            write_progress(folder, {"generation": 0, "steps": 1})  # what PS 0 of configuration 0 writes at its first checkpoint
+    census = backend.census()
+    assert census["starting"] == 0 and "starting" not in slot_line(1, 0.0, census, 1.0)
+    backend.close()

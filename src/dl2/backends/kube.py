@@ -133,14 +133,19 @@ class KubeCluster:
         return sorted(nodes, key=lambda n: (int(n["metadata"]["labels"].get(NODE_INDEX_LABEL, 1 << 30)), n["metadata"]["name"]))
 
     def census(self) -> dict[str, int]:
-        """DL2Jobs by phase (waiting: not arrived or not admitted yet; running; done: succeeded or failed) and
-        the task pods bound to nodes and not being deleted."""
-        phases = [j.get("status", {}).get("phase") for j in self.jobs()]
+        """DL2Jobs by phase (waiting: not arrived or not admitted yet; running; done: succeeded or failed), the
+        task pods bound to nodes and not being deleted, and of those the pods still starting (`starting`: of
+        a configuration that has not acknowledged a step, as the workload tells) and how many of these are
+        Ready (`starting_ready`)."""
+        jobs = self.jobs()
+        phases = [j.get("status", {}).get("phase") for j in jobs]
         bound = [p for p in self.kube.list(Pod, self.namespace, labels={JOB_LABEL: None})
                  if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")]
+        starting = self.workload.starting([j for j, phase in zip(jobs, phases) if phase == "Running"], bound)
         done = sum(phase in dl2jobs.TERMINAL for phase in phases)
         running = phases.count("Running")
-        return {"waiting": len(phases) - done - running, "running": running, "done": done, "tasks": len(bound)}
+        return {"waiting": len(phases) - done - running, "running": running, "done": done, "tasks": len(bound),
+                "starting": len(starting), "starting_ready": sum(map(is_ready, starting))}
 
     def jct(self) -> dict[int, float]:
         """JCT in slots of every succeeded job, by job id."""

@@ -75,6 +75,9 @@ def run(backend: Backend, scheduler: Scheduler, slot_seconds: float = 0.0, max_s
 
 
 def slot_line(slot: int, reward: float, census: dict[str, int], seconds: float) -> str:
-    """What an operator reads after each slot (`seconds`: the slot's wall-clock time)."""
+    """What an operator reads after each slot (`seconds`: the slot's wall-clock time). Where the backend has
+    pods still starting (`starting` in its census, `starting_ready` of them Ready), the line says so, so that
+    a slot with no training yet does not read like a hang."""
+    starting = f"pods starting: {census['starting_ready']} of {census['starting']} ready; " if census.get("starting") else ""
     return (f"slot {slot}: {census['waiting']} waiting, {census['running']} running, {census['done']} done; "
-            f"{census['tasks']} tasks placed; reward {reward:.3f}; {seconds:.1f} s")
+            f"{census['tasks']} tasks placed; {starting}reward {reward:.3f}; {seconds:.1f} s")

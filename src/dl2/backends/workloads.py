@@ -26,7 +26,7 @@ import numpy as np
 from dl2.backends.emulator import ProgressEmulator, write_once
 from dl2.kube.client import Kube
 from dl2.kube.jobs import JobSpec
-from dl2.kube.resources import GENERATION_LABEL, ROLE_LABEL, TASK_IMAGE, PodRuntime, jct_status, pod_manifest
+from dl2.kube.resources import GENERATION_LABEL, JOB_LABEL, ROLE_LABEL, TASK_IMAGE, PodRuntime, jct_status, pod_manifest
 from dl2.testbed.training.progress import read_progress
 from dl2.testbed.training.threads import CPU_LIMIT_ENV
 
@@ -48,6 +48,9 @@ class Workload(Protocol):
                 slot_start: float) -> tuple[float, list[str]]:
         """Count the slot's training into the jobs' status; (the slot's reward, names of the jobs completed).
         `slot_start`: the wall-clock time (`time.time()`) the slot began, its pods' changes included."""
+
+    def starting(self, jobs: list[dict], pods: list[dict]) -> list[dict]:
+        """Those of the jobs' task `pods` that belong to a configuration that has not acknowledged a step yet."""
 
 
 def placeholder_pod_name(job: str, role: str, node: str, k: int) -> str:
@@ -80,6 +83,10 @@ class Emulated:
         emulator = ProgressEmulator(kube, self.namespace, self.table, self.fine_grained, self.lost)
         return emulator.advance(slot, jobs, [s.model for s in specs], nodes)
 
+    def starting(self, jobs: list[dict], pods: list[dict]) -> list[dict]:
+        """None: the emulator counts a job's progress from the slot its pods are bound in."""
+        return []
+
 
 @dataclass
 class Trained:
@@ -99,6 +106,16 @@ class Trained:
         base = Path(self.runtime.shared_in_pod) if in_pod else self.runtime.shared_here
         meta = job["metadata"]
         return base / self.namespace / f"{meta['name']}-{meta['uid'][:8]}"
+
+    def starting(self, jobs: list[dict], pods: list[dict]) -> list[dict]:
+        """The pods of a configuration (generation) newer than the one that wrote the job's last progress record:
+        they are starting (pulling, importing torch, meeting their peers) and have not acknowledged a step."""
+        trained = {}
+        for job in jobs:
+            record = read_progress(self.state_folder(job))
+            trained[job["metadata"]["name"]] = -1 if record is None else int(record["generation"])
+        return [p for p in pods if int(p["metadata"]["labels"].get(GENERATION_LABEL, -1))
+                > trained.get(p["metadata"]["labels"].get(JOB_LABEL), 1 << 62)]
 
     def pods(self, job: dict, spec: JobSpec, tasks: Tasks, slot: int, existing: list[dict]) -> Desired:
         """Keep the job's running configuration if it is healthy and placed as `tasks`; else a new one,

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from dl2.errors import Dl2Error
 from dl2.paths import PACKAGE_DIR
+from dl2.testbed.steps import timed_step
 
 MODULES_DIR = PACKAGE_DIR.parents[1] / "testbed"
 KUBERNETES_VERSION = "v1.37.2"  # k8s.io/kubernetes as testbed/apiserver pins it
@@ -136,17 +137,16 @@ def ensure_binaries(log: Callable[[str], object] = print) -> Binaries:
             for k, (name, module, package, ldflags) in enumerate(TARGETS, 1):
                 if os.access(staging / name, os.X_OK):
                     continue
-                log(f"[{k}/{len(TARGETS)}] building {name} (log: {build_log})")
                 out.write(f"== {name}: go build {package} ({time.strftime('%Y-%m-%d %H:%M:%S')})\n")
                 out.flush()
-                began = time.perf_counter()
                 partial = staging / f".{name}.partial"
-                done = subprocess.run([go, "build", *BUILD_FLAGS, f"-ldflags={ldflags}", "-o", str(partial), package],
-                                      cwd=MODULES_DIR / module, stdout=out, stderr=subprocess.STDOUT, env=env, check=False)
-                if done.returncode != 0:
-                    raise Dl2Error(f"building {name} failed (exit {done.returncode}); see {build_log}")
+                with timed_step(log, f"[binaries {k}/{len(TARGETS)}] go build {name}", f"log: {build_log}") as took:
+                    done = subprocess.run([go, "build", *BUILD_FLAGS, f"-ldflags={ldflags}", "-o", str(partial), package],
+                                          cwd=MODULES_DIR / module, stdout=out, stderr=subprocess.STDOUT, env=env, check=False)
+                    if done.returncode != 0:
+                        raise Dl2Error(f"building {name} failed (exit {done.returncode}); see {build_log}")
                 os.replace(partial, staging / name)
-                steps[name] = time.perf_counter() - began
+                steps[name] = took.seconds
                 out.write(f"== {name}: {steps[name]:.1f} s\n")
         shutil.rmtree(folder, ignore_errors=True)
         os.replace(staging, folder)

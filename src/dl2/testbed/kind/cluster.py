@@ -5,7 +5,7 @@ answers, else built offline by `images.py`), creates the kind network with FORWA
 bridge (`firewall.py`), runs `kind create cluster` (one control plane, N workers labelled for dl2's
 pool, every node with the mounts of `mounts()`), gives each node its pod network where kindnetd is not
 available, loads the runtime image into the workers, advertises the workers' CPU and GPU slots and installs
-the DL2Job CRD. The folder's `kind.json` records what was started (daemon pid, container ids, network,
+the DL2Job CRD. The folder's `kind.json` records what was started (daemon pid and socket, container ids, network,
 FORWARD rules), step by step, so `down` from any process removes exactly that, even after a failed `up`.
 """
 
@@ -32,6 +32,7 @@ from dl2.kube.client import ApiError, Kube
 from dl2.kube.resources import NODE_INDEX_LABEL, POOL_LABEL, advertise_slots, install_crd, is_ready, slots
 from dl2.paths import repo_root, write_json_atomic, write_text_atomic
 from dl2.testbed import build
+from dl2.testbed.steps import HEARTBEAT_S, timed_step
 
 from . import daemon as docker_daemon
 from . import firewall, host, images
@@ -80,6 +81,12 @@ class KindCluster:
     mounts: list[Mount]
     timings: dict[str, float] = field(default_factory=dict)
     cpu_millis_per_slot: int = 0  # each task pod's CPU per CPU slot it holds, in millicores (0: pods share the host)
+    daemon_socket: str = ""  # the private Docker daemon's unix socket
+
+    @property
+    def docker(self) -> dict[str, str]:
+        """How to reach the private daemon with a Docker client (`docker_access`)."""
+        return docker_access(self.daemon_socket)
 
     @property
     def nodes(self) -> list[str]:
@@ -92,6 +99,13 @@ class KindCluster:
 
     def kube(self, **kwargs) -> Kube:
         return Kube.from_kubeconfig(self.kubeconfig, **kwargs)
+
+
+def docker_access(socket: str | None) -> dict[str, str]:
+    """The private daemon's socket, and the `docker ps` that lists its node containers (no other daemon knows them)."""
+    if not socket:
+        return {}
+    return {"socket": socket, "docker_host": f"unix://{socket}", "docker_ps": f"DOCKER_HOST=unix://{socket} docker ps"}
 
 
 def default_folder() -> Path:
@@ -178,7 +192,8 @@ def load(folder: Path | None = None) -> KindCluster:
         raise Dl2Error(f"the kind testbed in {folder} did not finish starting: `dl2 testbed down --kind` and up again")
     return KindCluster(folder, state["name"], Path(state["kubeconfig"]), state["server"], state["control_plane"],
                        state["workers"], state["node_image"], state["runtime_image"], state["images_source"],
-                       [Mount(**m) for m in state["mounts"]], state["timings"], state.get("cpu_millis_per_slot", 0))
+                       [Mount(**m) for m in state["mounts"]], state["timings"], state.get("cpu_millis_per_slot", 0),
+                       state.get("daemon_socket", ""))
 
 
 # -- up
@@ -193,11 +208,11 @@ def _registry_reachable(url: str = "https://registry-1.docker.io/v2/") -> bool:
     return True
 
 
-def _timed(timings: dict[str, float], key: str, log: Log, text: str, action: Callable):
-    log(text)
-    began = time.perf_counter()
-    result = action()
-    timings[key] = round(time.perf_counter() - began, 2)
+def _timed(timings: dict[str, float], key: str, log: Log, text: str, action: Callable, heartbeat: bool = True):
+    """Run `up`'s step `action` between its progress lines (`timed_step`); its seconds go to `timings[key]`."""
+    with timed_step(log, f"[up] {text}", heartbeat_s=HEARTBEAT_S if heartbeat else 0) as took:
+        result = action()
+    timings[key] = round(took.seconds, 2)
     return result
 
 
@@ -249,8 +264,9 @@ def up(folder: Path | None = None, workers: int = 3, log: Log = print, images_so
     try:
         daemon = _timed(timings, "daemon_s", log, "starting the private Docker daemon",
                         lambda: docker_daemon.start(folder, log))
-        state["daemon_pid"] = daemon.pid
+        state.update(daemon_pid=daemon.pid, daemon_socket=str(daemon.socket))
         _save(folder, state)
+        log(f"the private Docker daemon: pid {daemon.pid}; its containers: {docker_access(str(daemon.socket))['docker_ps']}")
         pulled = source != "build" and (source == "pull" or _registry_reachable()) and \
             _timed(timings, "pull_s", log, "a registry answers: pulling the images", lambda: _pull(daemon, log, source == "pull"))
         if pulled:
@@ -260,10 +276,10 @@ def up(folder: Path | None = None, workers: int = 3, log: Log = print, images_so
                                                     f"{UPSTREAM_RUNTIME_BASE}", lambda: _runtime_from_registry(daemon, folder))
         else:
             binaries = _timed(timings, "binaries_s", log, "building the Go binaries (cached after the first time)",
-                              lambda: build.ensure_binaries(log))
+                              lambda: build.ensure_binaries(log), heartbeat=False)
             kind = str(binaries.path("kind"))
             built = _timed(timings, "images_s", log, "building the node and runtime images (cached after the first time)",
-                           lambda: images.ensure_images(binaries, log))
+                           lambda: images.ensure_images(binaries, log), heartbeat=False)
             node_image, runtime_image, runtime_archive = built.node, built.runtime, built.runtime_archive
             _timed(timings, "node_image_load_s", log, f"loading {node_image} into the daemon",
                    lambda: _load_archive(daemon, node_image, built.node_archive))
@@ -495,6 +511,7 @@ def status(folder: Path | None = None) -> dict:
             kube.close()
     return {"folder": str(folder), "name": state["name"], "ready": state.get("ready", False),
             "kubeconfig": state.get("kubeconfig"), "server": state.get("server"), "daemon": daemon is not None,
+            "daemon_pid": state.get("daemon_pid"), "docker": docker_access(state.get("daemon_socket")),
             "containers": containers, "nodes_ready": nodes, "node_image": state.get("node_image"),
             "runtime_image": state.get("runtime_image"), "images_source": state.get("images_source"),
             "mounts": state.get("mounts"), "timings": state.get("timings", {}), "host_cores": state.get("host_cores"),

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from dl2.errors import Dl2Error
 from dl2.testbed.build import KUBERNETES_VERSION, Binaries
+from dl2.testbed.steps import timed_step
 
 from .daemon import run
 
@@ -165,12 +166,11 @@ class _Builder:
         marker = self.staging / f"{key}.done"
         if marker.exists():
             return
-        self.log(f"[{index}/{total}] {text} (log: {self.build_log})")
         with open(self.build_log, "a") as out:
             out.write(f"== {key}: {text} ({time.strftime('%Y-%m-%d %H:%M:%S')})\n")
-        began = time.perf_counter()
-        action()
-        self.steps[key] = round(time.perf_counter() - began, 1)
+        with timed_step(self.log, f"[images {index}/{total}] {text}", f"log: {self.build_log}") as took:
+            action()
+        self.steps[key] = round(took.seconds, 1)
         (self.staging / "steps.json").write_text(json.dumps(self.steps, indent=2))
         marker.touch()
 

@@ -4,7 +4,7 @@ Every process of a job runs the same command (one world of P PS and W workers pe
 
     python -m dl2.testbed.training --job NAME --model MODEL --role {ps,worker} --index I --num-ps P --num-workers W
         --state DIR --epochs E --generation G [--mode {sync,async}] [--seed S] [--checkpoint-every K]
-        [--checkpoint-seconds T] [--timeout SECONDS] [--stop-timeout SECONDS]
+        [--checkpoint-seconds T] [--log-seconds L] [--timeout SECONDS] [--stop-timeout SECONDS]
 
 MODEL is one of the catalog's job types; each trains a CPU-sized stand-in (`models`). The PS hold the
 parameters, sharded by whole tensors (`shards`); workers pull every shard, compute gradients on their own
@@ -40,8 +40,17 @@ Files in DIR, each written atomically (temporary file, fsync, rename), only by P
 - `owner.lock` (flock held by the live PS 0) and `owner.json` ({generation, pid, host, since}: the
   configuration that owns the folder); `rendezvous/g<G>-p<P>-w<W>` (FileStore of a configuration).
 
-Every process logs one line per checkpoint to stdout (PS 0 with the step, epochs, loss and speed), PS 0
-one when it starts and each worker one with the step and parameter digest when it first pulls them.
+The log: plain lines on stdout, flushed (what `kubectl logs` of a pod shows), one format:
+
+    <UTC time> [<job> g<generation> <role> <index>/<count>] <event>: <details>
+
+with the events `start` (every process, first: model, configuration, generation, seed, state folder, pid),
+`wait` (PS 0, once, if the previous configuration still owns the folder), `train` (once training begins: PS 0
+says whether it resumed and from which step, a worker the digest of the parameters it pulled),
+`progress` (PS 0, every --log-seconds L without a checkpoint: step, epochs, mean loss since the last
+checkpoint, steps/s since its previous line), `checkpoint` (PS 0: the same, steps/s since the previous
+checkpoint, and the file written; the others: the step acknowledged) and `exit` (every process, last: the
+exit code and why). Nothing is logged per step.
 """
 
 from dl2.testbed.training.progress import read_progress

@@ -28,6 +28,7 @@ class JobConfig:
     checkpoint_every: int = 0  # steps; 0: off
     checkpoint_seconds: float = 5.0  # 0: off
     timeout: float = 300.0  # rendezvous, waiting for the folder's previous owner, and any one message
+    log_seconds: float = 10.0  # PS 0's progress line between checkpoints; 0: off
 
     @property
     def rank(self) -> int:
@@ -42,7 +43,9 @@ class JobConfig:
         """Worker batches that make `epochs` epochs of the stand-in."""
         return math.ceil(self.epochs * get_standin(self.model).steps_per_epoch - 1e-9)
 
-    def log(self, message: str) -> None:
-        """One line on stdout, prefixed with the time, job, generation and role."""
+    def log(self, event: str, message: str) -> None:
+        """One line on stdout, flushed: `<UTC time> [<job> g<generation> <role> <index>/<count>] <event>: <message>`
+        (the events: the package docstring)."""
         count = self.num_ps if self.role == "ps" else self.num_workers
-        print(f"{time.strftime('%H:%M:%S')} [{self.job} g{self.generation} {self.role} {self.index}/{count}] {message}", flush=True)
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        print(f"{stamp} [{self.job} g{self.generation} {self.role} {self.index}/{count}] {event}: {message}", flush=True)

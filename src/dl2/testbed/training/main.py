@@ -13,6 +13,7 @@ that is not this job's, or a stale or reused generation.
 from __future__ import annotations
 
 import argparse
+import os
 import threading
 import time
 import traceback
@@ -50,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-seconds", type=float, default=5.0, metavar="T", help="checkpoint every T seconds (default 5; 0: off)")
     p.add_argument("--timeout", type=float, default=300.0,
                    help="seconds to wait for the rendezvous, for the previous configuration to let go, or for any message (default 300)")
+    p.add_argument("--log-seconds", type=float, default=10.0, metavar="L",
+                   help="PS 0 logs a progress line every L seconds without a checkpoint (default 10; 0: off)")
     p.add_argument("--stop-timeout", type=float, default=20.0,
                    help="after SIGTERM, seconds to wait for the job's checkpoint before exiting anyway (default 20)")
     return p
@@ -68,8 +71,8 @@ def parse(argv: list[str] | None = None) -> tuple[JobConfig, float]:
         raise Dl2Error(f"--epochs must be positive (got {a.epochs})")
     if a.generation < 0:
         raise Dl2Error(f"--generation must be a non-negative integer (got {a.generation})")
-    if a.checkpoint_every < 0 or a.checkpoint_seconds < 0 or a.timeout <= 0 or a.stop_timeout <= 0:
-        raise Dl2Error("--checkpoint-every and --checkpoint-seconds must be >= 0, --timeout and --stop-timeout > 0")
+    if a.checkpoint_every < 0 or a.checkpoint_seconds < 0 or a.log_seconds < 0 or a.timeout <= 0 or a.stop_timeout <= 0:
+        raise Dl2Error("--checkpoint-every, --checkpoint-seconds and --log-seconds must be >= 0, --timeout and --stop-timeout > 0")
     if not a.job:
         raise Dl2Error("--job must not be empty")
     try:
@@ -77,54 +80,60 @@ def parse(argv: list[str] | None = None) -> tuple[JobConfig, float]:
     except OSError as exc:
         raise Dl2Error(f"--state {a.state}: cannot create the state folder ({exc})") from None
     job = JobConfig(a.job, a.model, a.role, a.index, a.num_ps, a.num_workers, a.state, a.epochs, a.mode, a.generation, a.seed,
-                    a.checkpoint_every, a.checkpoint_seconds, a.timeout)
+                    a.checkpoint_every, a.checkpoint_seconds, a.timeout, a.log_seconds)
     return job, a.stop_timeout
 
 
-def train(job: JobConfig, stop: threading.Event, joined: threading.Event) -> int:
-    """Run this process's role to its end; the exit code. `joined` is set once the rendezvous is complete."""
+def train(job: JobConfig, stop: threading.Event, joined: threading.Event) -> tuple[int, str]:
+    """Run this process's role to its end; the exit code and why. `joined` is set once the rendezvous is complete."""
     torch.set_num_threads(training_threads())
     try:
         check_not_stale(job.state, job.generation)
         coordinator = job.role == "ps" and job.index == 0
         if coordinator:
-            if not claim_ownership(job.state, job.generation, stop, job.timeout, job.log):
-                job.log("stopped while waiting for the previous configuration")
-                return 0
+            if not claim_ownership(job.state, job.generation, stop, job.timeout, lambda m: job.log("wait", m)):
+                return 0, "stopped while waiting for the previous configuration"
             comm.remove_stores(job.state, below=job.generation)
         comm.rendezvous(job.state, job.generation, job.num_ps, job.num_workers, job.rank, job.timeout)
         joined.set()
-        role = Coordinator if coordinator else ParameterServer if job.role == "ps" else Worker
-        role(job, stop).run()
+        role = (Coordinator if coordinator else ParameterServer if job.role == "ps" else Worker)(job, stop)
+        role.run()
         if coordinator:  # everyone has its decision: the world's rendezvous file is of no more use
             comm.store_path(job.state, job.generation, job.num_ps, job.num_workers).unlink(missing_ok=True)
-        return 0
+        if role.steps >= job.target_steps:
+            return 0, f"done at step {role.steps} ({job.epochs:g} epochs)"
+        return 0, f"stopped at step {role.steps} ({'SIGTERM' if stop.is_set() else 'another process of the job was stopped'})"
     except Dl2Error as exc:
-        job.log(f"error: {exc}")
-        return 2
+        return 2, f"error: {exc}"
     except (comm.PeerLost, TimeoutError) as exc:
-        job.log(f"failed: {exc}; the job resumes from its last checkpoint when restarted with a new --generation")
-        return 1
+        return 1, f"failed: {exc}; the job resumes from its last checkpoint when restarted with a new --generation"
     except Exception:  # a bug: say where
-        job.log("failed: unexpected error")
         traceback.print_exc()
-        return 1
+        return 1, "failed: unexpected error (traceback above)"
 
 
 def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> int:
     """`python -m dl2.testbed.training`: one process of a job; returns the exit code. `stop`: set on SIGTERM
-    (`stop_on_signals`, made here when not given)."""
+    (`stop_on_signals`, made here when not given). Logs a `start` line first and an `exit` line last."""
     stop = stop or stop_on_signals()
     try:
         job, stop_timeout = parse(argv)
     except Dl2Error as exc:
         print(f"error: {exc}", flush=True)
         return 2
+    job.log("start", f"model {job.model}, {job.num_ps} PS and {job.num_workers} workers ({job.mode}), generation {job.generation}, "
+                     f"seed {job.seed}, state {job.state}, pid {os.getpid()}")
+    code, why = run(job, stop, stop_timeout)
+    job.log("exit", f"code {code}, {why}")
+    return code
+
+
+def run(job: JobConfig, stop: threading.Event, stop_timeout: float) -> tuple[int, str]:
+    """Train in a thread while the main thread watches for a stop; the exit code and why."""
     if stop.is_set():  # a signal while this process imported torch
-        job.log("stopped before the rendezvous completed")
-        return 0
+        return 0, "stopped (SIGTERM) before the rendezvous completed"
     joined = threading.Event()
-    result: list[int] = []
+    result: list[tuple[int, str]] = []
     thread = threading.Thread(target=lambda: result.append(train(job, stop, joined)), daemon=True)
     thread.start()
     deadline = None
@@ -132,11 +141,9 @@ def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> 
         thread.join(0.2)
         if stop.is_set() and thread.is_alive():
             if not joined.is_set():
-                job.log("stopped before the rendezvous completed")
-                return 0
+                return 0, "stopped (SIGTERM) before the rendezvous completed"
             deadline = deadline or time.monotonic() + stop_timeout
             if time.monotonic() > deadline:
-                job.log(f"stopped: the job's checkpoint did not complete within {stop_timeout:g} s; "
-                        "it resumes from its last checkpoint")
-                return 0
+                return 0, (f"stopped (SIGTERM): the job's checkpoint did not complete within {stop_timeout:g} s; "
+                           "it resumes from its last checkpoint")
     return result[0]

@@ -20,7 +20,7 @@ import torch
 
 from dl2.errors import Dl2Error
 from dl2.testbed.training import comm
-from dl2.testbed.training.checkpoint import Checkpoint, load_checkpoint, progress_record
+from dl2.testbed.training.checkpoint import CHECKPOINT, Checkpoint, load_checkpoint, progress_record
 from dl2.testbed.training.job import JobConfig
 from dl2.testbed.training.models import get_standin
 from dl2.testbed.training.progress import write_progress
@@ -67,12 +67,12 @@ class ParameterServer:
 
     def start(self) -> bool:
         """Receive PS 0's go-ahead and this shard's state; False if the job is done already."""
-        cmd, steps = comm.recv_control(self.job.num_ps)
-        if cmd == comm.STOP:
-            self.job.log(f"the job is done already (step {steps})")
+        cmd, self.steps = comm.recv_control(self.job.num_ps)
+        if cmd == comm.STOP:  # the job is done already
             return False
         state = comm.recv_object(0, self.job.num_ps)
         self.load(state["params"], state["optimizer"], state["steps"], state["updates"])
+        self.job.log("train", f"from step {self.steps}, serving {len(self.shard.names)} tensors ({self.shard.numel} values)")
         return True
 
     def load(self, params: dict[str, torch.Tensor], optimizer: dict[str, dict[str, torch.Tensor]], steps: int, updates: int) -> None:
@@ -132,7 +132,7 @@ class ParameterServer:
         """All workers paused: hand the shard to PS 0 and follow its decision; True to stop."""
         comm.send_object({**self.state(), "stop": self.stop.is_set()}, 0, self.job.num_ps)
         cmd, steps = comm.recv_control(self.job.num_ps)
-        self.job.log(f"checkpoint at step {steps} acknowledged" + (", stopping" if cmd == comm.STOP else ""))
+        self.job.log("checkpoint", f"step {steps} acknowledged" + (", stopping" if cmd == comm.STOP else ""))
         return cmd == comm.STOP
 
 
@@ -161,7 +161,7 @@ class Coordinator(ParameterServer):
         done = ckpt.done and ckpt.steps >= self.target
         comm.send_control(comm.STOP if done else comm.RESUME, ckpt.steps, list(range(1, job.world)), job.num_ps)
         if done:
-            self.job.log(f"the job is done already (step {ckpt.steps})")
+            self.steps = ckpt.steps
             return False
         for p in range(1, job.num_ps):
             mine = set(self.shards[p].names)
@@ -170,9 +170,30 @@ class Coordinator(ParameterServer):
         self.load(ckpt.params, ckpt.optimizer, ckpt.steps, ckpt.updates)
         self.began, self.began_steps = time.monotonic(), ckpt.steps
         self.checkpointed_at, self.checkpointed_steps = self.began, ckpt.steps
-        self.job.log(f"start at step {ckpt.steps} ({ckpt.steps / self.standin.steps_per_epoch:.3f} of {job.epochs:g} epochs), "
-                     f"{job.num_ps} PS, {job.num_workers} workers, {job.mode}")
+        self.logged_at, self.logged_steps = self.began, ckpt.steps
+        start = f"resumed from step {ckpt.steps}" if ckpt.steps else "a new job, from step 0"
+        self.job.log("train", f"{start} ({self.epochs(ckpt.steps)}), checkpoint {job.state / CHECKPOINT}")
         return True
+
+    def epochs(self, steps: int) -> str:
+        """`steps` in the job's epochs, for a log line."""
+        return f"{steps / self.standin.steps_per_epoch:.3f} of {self.job.epochs:g} epochs"
+
+    def apply(self, grads: list[torch.Tensor]) -> None:
+        """One update; a progress line once `log_seconds` have passed since the last line."""
+        super().apply(grads)
+        now = time.monotonic()
+        if self.job.log_seconds > 0 and now - self.logged_at >= self.job.log_seconds:
+            self.log_line("progress", now, self.logged_at, self.logged_steps, "")
+
+    def log_line(self, event: str, now: float, since: float, since_steps: int, tail: str) -> None:
+        """A progress or checkpoint line: the step, the epochs, the mean loss of the batches since the last
+        checkpoint, and the steps per second since (`since`, `since_steps`)."""
+        loss = sum(self.losses) / len(self.losses) if self.losses else self.last.loss
+        rate = (self.steps - since_steps) / max(now - since, 1e-9)
+        self.job.log(event, f"step {self.steps} ({self.epochs(self.steps)}), loss {'n/a' if loss is None else f'{loss:.4f}'}, "
+                            f"{rate:.1f} steps/s{tail}")
+        self.logged_at, self.logged_steps = now, self.steps
 
     def note(self, header: torch.Tensor) -> None:
         """Collect the workers' losses and any stop request they relay."""
@@ -212,9 +233,7 @@ class Coordinator(ParameterServer):
         stop = ckpt.done or self.stop.is_set() or self.stop_seen
         comm.send_control(comm.STOP if stop else comm.RESUME, self.steps, list(range(1, job.world)), job.num_ps)
         why = ", done" if ckpt.done else (", stopping" if stop else "")
-        loss_text = "n/a" if loss is None else f"{loss:.4f}"
-        job.log(f"checkpoint at step {self.steps} ({self.steps / self.standin.steps_per_epoch:.3f} epochs, loss {loss_text}, "
-                f"{rate:.1f} steps/s) written{why}")
+        self.log_line("checkpoint", now, self.checkpointed_at, self.checkpointed_steps, f", written to {job.state / CHECKPOINT}{why}")
         self.last, self.losses, self.pausing = ckpt, [], False
         self.checkpointed_at, self.checkpointed_steps = now, self.steps
         return stop

@@ -34,21 +34,21 @@ class Worker:
         self.out = [comm.new_message(s.numel) for s in self.shards]
         self.back = [comm.new_message(s.numel) for s in self.shards]
         self.paused = self.stop_heard = False
+        self.steps = 0  # the job's acknowledged steps, as PS 0 last said
 
     def run(self) -> None:
         """Train until PS 0 says stop."""
-        cmd, steps = comm.recv_control(self.job.num_ps)
-        if cmd == comm.STOP:
-            self.job.log(f"the job is done already (step {steps})")
+        cmd, self.steps = comm.recv_control(self.job.num_ps)
+        if cmd == comm.STOP:  # the job is done already
             return
         self.push(comm.PULL)
         digest = params_digest(dict(self.model.named_parameters()))
-        self.job.log(f"pulled the parameters at step {steps} (sha256 {digest})")
+        self.job.log("train", f"from step {self.steps}, pulled the parameters (sha256 {digest})")
         while True:
             if self.paused:
                 self.push(comm.PAUSED, answered=False)
-                cmd, steps = comm.recv_control(self.job.num_ps)
-                self.job.log(f"checkpoint at step {steps} acknowledged" + (", stopping" if cmd == comm.STOP else ""))
+                cmd, self.steps = comm.recv_control(self.job.num_ps)
+                self.job.log("checkpoint", f"step {self.steps} acknowledged" + (", stopping" if cmd == comm.STOP else ""))
                 if cmd == comm.STOP:
                     return
                 self.paused = False
