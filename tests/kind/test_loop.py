@@ -49,8 +49,11 @@ def test_a_profile_of_one_job_type_updates_the_table_the_simulator_loads(cluster
     assert (mine.steps_per_second > 0).all() and (mine.seconds >= 4).all()
     cpu = np.array([json.loads(v) for v in mine.worker_cpu], dtype=object)
     assert all(0 < c <= os.cpu_count() for cores in cpu for c in cores), "each worker's CPU use, in cores"
+    assert (mine.startup_seconds > 0).all(), "each configuration's start-up, pods created to training"
     others = profile[profile.model != MODEL].reset_index(drop=True)
-    pd.testing.assert_frame_equal(others, before[before.model != MODEL].reset_index(drop=True))  # kept as they were
+    kept = before[before.model != MODEL].reset_index(drop=True)  # kept as they were, measured before start-up was
+    pd.testing.assert_frame_equal(others[kept.columns], kept)
+    assert others.startup_seconds.isna().all()
 
     table = read_measurements(out / "speed.txt")[MODEL]
     means = mine.groupby(["num_ps", "num_workers"]).steps_per_second.mean()
