@@ -105,7 +105,8 @@ def _reward_share(jobs: Jobs, table: np.ndarray, i: int, lost: float, trained: n
     """Job i's part of the slot reward if the slot ended now: epochs it would train / its epochs."""
     if not jobs.active[i] or jobs.workers[i] == 0 or jobs.ps[i] == 0:
         return 0.0
-    return min(engine.slot_epochs(jobs, table, i, lost, trained), jobs.epochs[i] - jobs.progress[i]) / jobs.known_epochs[i]
+    epochs = engine.slot_epochs(jobs, table, i, engine.starting_fraction(jobs, trained, i, lost))
+    return min(epochs, jobs.epochs[i] - jobs.progress[i]) / jobs.known_epochs[i]
 
 
 @njit(cache=True)

@@ -53,12 +53,19 @@ def restarts(jobs: Jobs, trained: np.ndarray, i: int) -> bool:
 
 
 @njit(cache=True, inline="always")
-def slot_epochs(jobs: Jobs, table: np.ndarray, i: int, lost: float, trained: np.ndarray) -> float:
-    """The epochs job i, holding a worker and a PS, trains in a whole slot: the table's, times (1 - `lost`)
-    if it starts a new configuration (`restarts`)."""
+def starting_fraction(jobs: Jobs, trained: np.ndarray, i: int, lost: float) -> float:
+    """The fraction of this slot job i, training, spends starting: `lost` if it starts a new configuration
+    (`restarts`), else 0 (and 0 whenever `lost` is, without reading `trained`)."""
+    return lost if lost > 0.0 and restarts(jobs, trained, i) else 0.0
+
+
+@njit(cache=True, inline="always")
+def slot_epochs(jobs: Jobs, table: np.ndarray, i: int, start: float) -> float:
+    """The epochs job i, holding a worker and a PS, trains in a whole slot of which it spends the fraction
+    `start` starting (`starting_fraction`): the table's, times (1 - `start`)."""
     epochs = table[jobs.model[i], jobs.ps[i], jobs.workers[i]]
-    if lost > 0.0 and restarts(jobs, trained, i):
-        epochs *= 1.0 - lost
+    if start > 0.0:
+        epochs *= 1.0 - start
     return epochs
 
 
@@ -81,12 +88,9 @@ def advance(jobs: Jobs, table: np.ndarray, slot: int, fine_grained: bool, lost: 
                 trained[i, WORKER] = 0
                 trained[i, PS] = 0
             continue
-        epochs = table[jobs.model[i], jobs.ps[i], jobs.workers[i]]
-        start = 0.0
+        start = starting_fraction(jobs, trained, i, lost)
+        epochs = slot_epochs(jobs, table, i, start)
         if restart:
-            if restarts(jobs, trained, i):
-                epochs *= 1.0 - lost
-                start = lost
             trained[i, WORKER] = jobs.workers[i]
             trained[i, PS] = jobs.ps[i]
         if jobs.progress[i] + epochs > jobs.epochs[i]:

@@ -36,19 +36,16 @@ def timed_step(log: Log, text: str, detail: str = "", heartbeat_s: float = HEART
     thread = threading.Thread(target=beat, daemon=True, name="heartbeat")
     if heartbeat_s > 0:
         thread.start()
+    failed = True
     try:
         yield elapsed
-    except BaseException:
+        failed = False
+    finally:
         ended.set()
         if thread.is_alive():
             thread.join()
-        log(f"{text}: failed after {seconds(time.perf_counter() - began)}")
-        raise
-    ended.set()
-    if thread.is_alive():
-        thread.join()
-    elapsed.seconds = time.perf_counter() - began
-    log(f"{text}: done in {seconds(elapsed.seconds)}")
+        elapsed.seconds = time.perf_counter() - began
+        log(f"{text}: {'failed after' if failed else 'done in'} {seconds(elapsed.seconds)}")
 
 
 def seconds(s: float) -> str:

@@ -241,7 +241,8 @@ def up(folder: Path | None = None, workers: int = 3, log: Log = print, images_so
     folder = Path(folder or default_folder()).resolve()
     if workers < 1:
         raise Dl2Error(f"--workers must be at least 1 (got {workers})")
-    share = cpu_millis_per_slot(host_cores(), workers) if isolate else 0
+    cores = host_cores()
+    share = cpu_millis_per_slot(cores, workers) if isolate else 0
     if (folder / STATE_FILE).is_file():
         raise Dl2Error(f"a kind testbed is recorded in {folder}: `dl2 testbed down --kind` first")
     if os.geteuid() != 0:
@@ -258,7 +259,7 @@ def up(folder: Path | None = None, workers: int = 3, log: Log = print, images_so
     (folder / "shared").chmod(0o1777)  # training pods run as a non-root user; sticky: none removes another's files
     node_mounts = mounts(folder)
     state: dict = {"folder": str(folder), "name": CLUSTER, "ready": False, "containers": {}, "forward_rules": [],
-                   "mounts": [asdict(m) for m in node_mounts], "timings": timings, "host_cores": host_cores(),
+                   "mounts": [asdict(m) for m in node_mounts], "timings": timings, "host_cores": cores,
                    "cpu_millis_per_slot": share}
     _save(folder, state)
     try:
