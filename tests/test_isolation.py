@@ -24,11 +24,30 @@ def manifest(tmp_path, share: int, role: str) -> dict:
     return next(pod for pod, _ in desired.values() if pod["metadata"]["labels"][ROLE_LABEL] == role)
 
 
-@pytest.mark.parametrize(("cores", "workers"), [(2, 3), (16, 3), (64, 10), (3, 1)])
-def test_the_slots_together_never_ask_for_more_cpu_than_the_host_has_less_the_reserve(cores, workers):
-    share = cpu_millis_per_slot(cores, workers)
-    slots = workers * SLOTS_PER_NODE[0]
+@pytest.mark.parametrize(("cores", "workers", "cpu_slots"), [(2, 3, 8), (16, 3, 8), (64, 10, 8), (3, 1, 8), (2, 3, 4), (8, 2, 1)])
+def test_the_slots_together_never_ask_for_more_cpu_than_the_host_has_less_the_reserve(cores, workers, cpu_slots):
+    share = cpu_millis_per_slot(cores, workers, cpu_slots)
+    slots = workers * cpu_slots
     assert share * slots <= 1000 * cores - RESERVED_MILLIS < (share + 1) * slots
+
+
+def test_fewer_cpu_slots_per_worker_give_each_slot_more_of_the_host():
+    assert cpu_millis_per_slot(2, 3, SLOTS_PER_NODE[0]) == 62 and cpu_millis_per_slot(2, 3, 4) == 125
+
+
+def test_a_kind_cluster_records_its_advertised_slots_and_reads_them_back(tmp_path):
+    import json
+
+    from dl2.testbed.kind.cluster import STATE_FILE, load
+
+    state = {"name": "dl2", "ready": True, "kubeconfig": str(tmp_path / "kubeconfig"), "server": "https://127.0.0.1:1",
+             "control_plane": "cp", "workers": ["w1"], "node_image": "n", "runtime_image": "r", "images_source": "built",
+             "mounts": [], "timings": {}, "cpu_millis_per_slot": 125, "slots_per_node": [4, 8]}
+    (tmp_path / STATE_FILE).write_text(json.dumps(state))
+    assert load(tmp_path).slots_per_node == (4, 8)
+    del state["slots_per_node"]  # a cluster brought up before --cpu-slots advertised the paper's node
+    (tmp_path / STATE_FILE).write_text(json.dumps(state))
+    assert load(tmp_path).slots_per_node == SLOTS_PER_NODE
 
 
 def test_a_host_too_small_to_share_is_refused_with_what_to_change():
@@ -65,11 +84,19 @@ def test_a_limit_that_is_not_whole_millicores_is_refused_naming_the_variable(val
 
 
 
-def test_isolate_is_refused_for_the_local_testbed_whose_nodes_run_no_pods(capsys, tmp_path):
+@pytest.mark.parametrize("flag", [["--isolate"], ["--cpu-slots", "4"]])
+def test_kind_only_flags_are_refused_for_the_local_testbed(capsys, tmp_path, flag):
     from dl2.cli import main
 
-    assert main(["testbed", "up", "--local", "--isolate", "--folder", str(tmp_path / "bed")]) == 2
-    assert "--isolate" in capsys.readouterr().err and not (tmp_path / "bed").exists()
+    assert main(["testbed", "up", "--local", *flag, "--folder", str(tmp_path / "bed")]) == 2
+    assert flag[0] in capsys.readouterr().err and not (tmp_path / "bed").exists()
+
+
+def test_a_kind_cluster_without_cpu_slots_is_refused_before_anything_starts(capsys, tmp_path):
+    from dl2.cli import main
+
+    assert main(["testbed", "up", "--kind", "--cpu-slots", "0", "--folder", str(tmp_path / "bed")]) == 2
+    assert "--cpu-slots must be at least 1" in capsys.readouterr().err and not (tmp_path / "bed").exists()
 
 
 @pytest.mark.parametrize(("configuration", "workers", "count"), [((1, 1), 3, 10), ((2, 2), 3, 8), ((2, 2), 1, 0), ((1, 2), 2, 5)])

@@ -32,12 +32,14 @@ def cmd_testbed_up(args: argparse.Namespace) -> None:
     if args.kind:
         from dl2.testbed import kind
 
-        cluster = kind.up(args.folder, workers=args.workers, log=_log, isolate=args.isolate)
+        cluster = kind.up(args.folder, workers=args.workers, log=_log, isolate=args.isolate,
+                          cpu_slots=kind.SLOTS_PER_NODE[0] if args.cpu_slots is None else args.cpu_slots)
         print(json.dumps({"kubeconfig": str(cluster.kubeconfig), "server": cluster.server, "control_plane": cluster.control_plane,
                           "workers": cluster.workers, "pool": kind.POOL, "node_image": cluster.node_image,
                           "runtime_image": cluster.runtime_image, "images": cluster.images_source,
                           "shared": {"host": str(cluster.shared), "node": kind.SHARED_IN_NODE},
-                          "cpu_millis_per_slot": cluster.cpu_millis_per_slot, "docker": cluster.docker,
+                          "slots_per_node": list(cluster.slots_per_node), "cpu_millis_per_slot": cluster.cpu_millis_per_slot,
+                          "docker": cluster.docker,
                           "timings": cluster.timings}, indent=2))
         return
     if not args.local:
@@ -45,6 +47,8 @@ def cmd_testbed_up(args: argparse.Namespace) -> None:
     if args.isolate:
         raise Dl2Error("--isolate limits the CPU of pods that run: it is for the kind testbed (`dl2 testbed up --kind --isolate`); "
                        "the local testbed's KWOK nodes run none")
+    if args.cpu_slots is not None:
+        raise Dl2Error("--cpu-slots is for the kind testbed; the local testbed's nodes take their slots from --preset's node_cpu")
     preset = get_preset(args.preset, args.params, world=PS_WORKER)
     bed = local.up(args.folder, log=_log)
     kube = bed.kube()
@@ -122,7 +126,7 @@ def cmd_testbed_independence(args: argparse.Namespace) -> None:
     cluster = kind.load(args.folder)
     kube = cluster.kube()
     try:
-        answer = independence(kube, kind.pod_runtime(args.folder), cluster.workers, kind.SLOTS_PER_NODE[0], grid, args.out, log=_log)
+        answer = independence(kube, kind.pod_runtime(args.folder), cluster.workers, cluster.slots_per_node[0], grid, args.out, log=_log)
     finally:
         kube.close()
     print(json.dumps(answer, indent=2))
@@ -275,6 +279,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--isolate", action="store_true",
                     help="kind: each task pod gets a CPU limit of its CPU slots' share of the host's cores, so a job's "
                          "speed depends on its own slots, not its neighbours' (default: pods share the host)")
+    up.add_argument("--cpu-slots", type=int, default=None,
+                    help="kind: the CPU slots each worker advertises (default: 8, the paper's node); a preset of this "
+                         "cluster sets node_cpu to it")
     up.set_defaults(func=cmd_testbed_up)
     for name, func, text in (("down", cmd_testbed_down, "stop the testbed (kind: remove its nodes, network, rules and daemon)"),
                              ("status", cmd_testbed_status, "which of its processes or nodes run; timings"),

@@ -75,7 +75,7 @@ def pod_runtime(folder: Path | None = None) -> PodRuntime:
 def pod_cluster(folder: Path | None = None) -> PodCluster:
     """The running cluster as a Kubernetes backend needs it handed in: kubeconfig, worker pool and slots, pod runtime."""
     cluster = load(folder)
-    return PodCluster(kubeconfig=cluster.kubeconfig, pool=POOL, workers=len(cluster.workers), slots_per_node=SLOTS_PER_NODE,
+    return PodCluster(kubeconfig=cluster.kubeconfig, pool=POOL, workers=len(cluster.workers), slots_per_node=cluster.slots_per_node,
                       runtime=pod_runtime(folder))
 
 

@@ -82,6 +82,7 @@ class KindCluster:
     timings: dict[str, float] = field(default_factory=dict)
     cpu_millis_per_slot: int = 0  # each task pod's CPU per CPU slot it holds, in millicores (0: pods share the host)
     daemon_socket: str = ""  # the private Docker daemon's unix socket
+    slots_per_node: tuple[int, int] = SLOTS_PER_NODE  # the CPU and GPU slots each worker advertises
 
     @property
     def docker(self) -> dict[str, str]:
@@ -193,7 +194,7 @@ def load(folder: Path | None = None) -> KindCluster:
     return KindCluster(folder, state["name"], Path(state["kubeconfig"]), state["server"], state["control_plane"],
                        state["workers"], state["node_image"], state["runtime_image"], state["images_source"],
                        [Mount(**m) for m in state["mounts"]], state["timings"], state.get("cpu_millis_per_slot", 0),
-                       state.get("daemon_socket", ""))
+                       state.get("daemon_socket", ""), tuple(state.get("slots_per_node", SLOTS_PER_NODE)))
 
 
 # -- up
@@ -234,15 +235,19 @@ def cpu_millis_per_slot(cores: int, workers: int, cpu_slots: int = SLOTS_PER_NOD
 
 
 def up(folder: Path | None = None, workers: int = 3, log: Log = print, images_source: str | None = None,
-       isolate: bool = False) -> KindCluster:
+       isolate: bool = False, cpu_slots: int = SLOTS_PER_NODE[0]) -> KindCluster:
     """Create the kind testbed in `folder` (default: the cache's `kind/`). `images_source`: "pull", "build" or
     None (pull where a registry answers, else build; `DL2_KIND_IMAGES` sets it too). `isolate`: each task pod
-    gets a CPU request and limit of its CPU slots' share of the host (`cpu_millis_per_slot`)."""
+    gets a CPU request and limit of its CPU slots' share of the host (`cpu_millis_per_slot`). `cpu_slots`: the
+    CPU slots each worker advertises (a preset of this cluster has `node_cpu` equal to it)."""
     folder = Path(folder or default_folder()).resolve()
     if workers < 1:
         raise Dl2Error(f"--workers must be at least 1 (got {workers})")
+    if cpu_slots < 1:
+        raise Dl2Error(f"--cpu-slots must be at least 1 (got {cpu_slots})")
+    slots_per_node = (cpu_slots, SLOTS_PER_NODE[1])
     cores = host_cores()
-    share = cpu_millis_per_slot(cores, workers) if isolate else 0
+    share = cpu_millis_per_slot(cores, workers, cpu_slots) if isolate else 0
     if (folder / STATE_FILE).is_file():
         raise Dl2Error(f"a kind testbed is recorded in {folder}: `dl2 testbed down --kind` first")
     if os.geteuid() != 0:
@@ -260,7 +265,7 @@ def up(folder: Path | None = None, workers: int = 3, log: Log = print, images_so
     node_mounts = mounts(folder)
     state: dict = {"folder": str(folder), "name": CLUSTER, "ready": False, "containers": {}, "forward_rules": [],
                    "mounts": [asdict(m) for m in node_mounts], "timings": timings, "host_cores": cores,
-                   "cpu_millis_per_slot": share}
+                   "cpu_millis_per_slot": share, "slots_per_node": list(slots_per_node)}
     _save(folder, state)
     try:
         daemon = _timed(timings, "daemon_s", log, "starting the private Docker daemon",
@@ -299,8 +304,8 @@ def up(folder: Path | None = None, workers: int = 3, log: Log = print, images_so
                    lambda: run([kind, "load", "image-archive", str(runtime_archive), f"--name={CLUSTER}",
                                 f"--nodes={','.join(state['workers'])}"], env=daemon.env(), timeout=900))
             _timed(timings, "nodes_ready_s", log, "waiting for every node to be Ready", lambda: _wait_ready(kube, state))
-            _timed(timings, "slots_crd_s", log, f"advertising {SLOTS_PER_NODE[0]} CPU and {SLOTS_PER_NODE[1]} GPU slots per "
-                   "worker; installing the DL2Job CRD", lambda: _slots_and_crd(kube, state["workers"]))
+            _timed(timings, "slots_crd_s", log, f"advertising {slots_per_node[0]} CPU and {slots_per_node[1]} GPU slots per "
+                   "worker; installing the DL2Job CRD", lambda: _slots_and_crd(kube, state["workers"], slots_per_node))
         finally:
             kube.close()
     except BaseException:
@@ -474,15 +479,14 @@ def _wait_ready(kube: Kube, state: dict) -> None:
             raise Dl2Error(f"kind testbed: node {worker} lacks the labels {POOL_LABEL}={POOL}, {NODE_INDEX_LABEL}={k}")
 
 
-def _slots_and_crd(kube: Kube, workers: list[str]) -> None:
+def _slots_and_crd(kube: Kube, workers: list[str], slots_per_node: tuple[int, int]) -> None:
     """Each worker's CPU and GPU slots (extended resources, as the Kubernetes docs advertise them), then the CRD."""
-    cpu, gpu = SLOTS_PER_NODE
     for worker in workers:
-        advertise_slots(kube, worker, cpu, gpu)
+        advertise_slots(kube, worker, *slots_per_node)
 
     def advertised():
         nodes = {n["metadata"]["name"]: n for n in kube.list(Node)}
-        return all(slots(nodes[w]) == SLOTS_PER_NODE for w in workers)
+        return all(slots(nodes[w]) == slots_per_node for w in workers)
 
     _wait("the workers did not advertise their slots", advertised, 60)
     install_crd(kube)
@@ -516,7 +520,8 @@ def status(folder: Path | None = None) -> dict:
             "containers": containers, "nodes_ready": nodes, "node_image": state.get("node_image"),
             "runtime_image": state.get("runtime_image"), "images_source": state.get("images_source"),
             "mounts": state.get("mounts"), "timings": state.get("timings", {}), "host_cores": state.get("host_cores"),
-            "cpu_millis_per_slot": state.get("cpu_millis_per_slot", 0)}
+            "cpu_millis_per_slot": state.get("cpu_millis_per_slot", 0),
+            "slots_per_node": state.get("slots_per_node", list(SLOTS_PER_NODE))}
 
 
 def down(folder: Path | None = None) -> list[str]:
