@@ -10,6 +10,7 @@ so a shared file cannot run code. Loaded as a scheduler it acts as `evaluate` re
 
 from __future__ import annotations
 
+import hashlib
 import re
 import warnings
 from pathlib import Path
@@ -105,6 +106,14 @@ class DL2Policy:
         except (RuntimeError, TypeError, ValueError) as exc:
             raise Dl2Error(f"{path}: not a dl2 model ({exc})") from None
         return policy
+
+
+def weights_digest(policy: DL2Policy) -> str:
+    """Identifies a policy's weights: the SHA-256 of its network's tensors in state-dict order."""
+    digest = hashlib.sha256()
+    for tensor in policy.net.state_dict().values():
+        digest.update(tensor.numpy().tobytes())
+    return digest.hexdigest()
 
 
 class DL2Scheduler:

@@ -7,7 +7,6 @@ Training, validation and selection traces come from one seed and never overlap.
 from __future__ import annotations
 
 import functools
-import hashlib
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +18,7 @@ import torch
 from dl2.distributed.executor import LOCAL, Executor
 from dl2.distributed.jobs import run_jobs
 from dl2.errors import Dl2Error
-from dl2.learn.agent import DL2Policy
+from dl2.learn.agent import DL2Policy, weights_digest
 from dl2.learn.architecture import NetConfig, net_config
 from dl2.learn.env import DecisionEnv
 from dl2.learn.learners import make_trainer
@@ -92,7 +91,7 @@ def finetune_run(name: str, seed: int, settings: LearnSettings, learner: Learner
     measured = scenario(settings)
     world = scenario(settings, run.speed_model)
     train, validation = split_traces(settings, measured)
-    tag = repr((name, seed, settings, learner, backend, _weights_digest(pretrained) if run.pretrained else None))
+    tag = repr((name, seed, settings, learner, backend, weights_digest(pretrained) if run.pretrained else None))
     trainer = None
     if checkpoint.is_file():
         try:
@@ -160,10 +159,3 @@ def finetune_all(plan: FinetunePlan, settings: LearnSettings, pretrained: DL2Pol
             for row in history.drop(columns=["run", "chosen"]).to_dict(orient="records"):
                 on_row(model_name(name, seed), row)
         yield name, seed, policy, history
-
-
-def _weights_digest(policy: DL2Policy) -> str:
-    digest = hashlib.sha256()
-    for tensor in policy.net.state_dict().values():
-        digest.update(tensor.numpy().tobytes())
-    return digest.hexdigest()

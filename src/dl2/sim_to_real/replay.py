@@ -24,11 +24,13 @@ from dl2.backends.kube import KubeCluster
 from dl2.backends.loop import run
 from dl2.backends.sim import simulate
 from dl2.backends.workloads import Trained
+from dl2.errors import Dl2Error
 from dl2.kube.client import Kube
-from dl2.learn.agent import DL2Policy, DL2Scheduler
+from dl2.learn.agent import DL2Policy, DL2Scheduler, weights_digest
 from dl2.paths import write_csv_atomic
 from dl2.schedulers.base import Scheduler
 from dl2.sim.scenario import Scenario
+from dl2.sim_to_real.store import ReplayStore
 from dl2.workload.traces import Trace
 
 RUN_COLUMNS = ["policy", "seed", "trace", "repeat"]  # one replay of a trace: the key of its rows in both tables
@@ -92,17 +94,30 @@ def replay(backend: KubeCluster, trace: Trace, scheduler: Scheduler, progress: C
     return backend.jct(), rows
 
 
-def compare(backend: KubeCluster, policies: Mapping[tuple[str, int], Callable[[], Scheduler]], traces: Sequence[Trace],
-            scenario: Scenario, log: Callable[[str], None] = print, repeats: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+def compare(backend: KubeCluster | None, policies: Mapping[tuple[str, int], Callable[[], Scheduler]], traces: Sequence[Trace],
+            scenario: Scenario, log: Callable[[str], None] = print, repeats: int = 1, store: ReplayStore | None = None,
+            ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every (policy label, seed) of `policies` (each a fresh scheduler per run) on every trace, `repeats` times on
     the testbed and once in the simulator on `scenario` (the profiled table; deterministic, so its prediction
-    serves every repeat); returns (per-job rows `JOB_COLUMNS`, per-slot rows `SLOT_COLUMNS`)."""
+    serves every repeat); returns (per-job rows `JOB_COLUMNS`, per-slot rows `SLOT_COLUMNS`). With a `store`, each
+    finished replay is kept there and a replay it already holds is not run again (`backend` may then be None)."""
     jobs, slots, predictions = [], [], {}
     runs = [(label, seed, k, r) for (label, seed) in policies for k in range(len(traces)) for r in range(repeats)]
     for n, (label, seed, k, r) in enumerate(runs, start=1):
         trace, run = traces[k], dict(zip(RUN_COLUMNS, (label, seed, k, r)))
-        log(f"testbed {n}/{len(runs)}: {label} (seed {seed}) on trace {k} ({len(trace)} jobs), repeat {r + 1} of {repeats}")
-        jct, rows = replay(backend, trace, policies[label, seed](), progress=lambda line: log(f"  {line}"))
+        stored = store.load(label, seed, k, trace, r) if store is not None else None
+        if stored is not None:
+            log(f"testbed {n}/{len(runs)}: {label} (seed {seed}) on trace {k}, repeat {r + 1} of {repeats}: kept from an "
+                f"earlier run in {store.folder}")
+            jct, rows = stored
+        else:
+            if backend is None:
+                raise Dl2Error(f"testbed replay {label} (seed {seed}) on trace {k}, repeat {r + 1}: not kept, and no testbed "
+                               "to run it on")
+            log(f"testbed {n}/{len(runs)}: {label} (seed {seed}) on trace {k} ({len(trace)} jobs), repeat {r + 1} of {repeats}")
+            jct, rows = replay(backend, trace, policies[label, seed](), progress=lambda line: log(f"  {line}"))
+            if store is not None:
+                store.save(label, seed, k, trace, r, jct, rows)
         if (label, seed, k) not in predictions:
             predictions[label, seed, k] = simulate(trace, policies[label, seed](), scenario).jct
         predicted = predictions[label, seed, k]
@@ -136,10 +151,12 @@ def speed_error(slots: pd.DataFrame) -> pd.DataFrame:
 
 def evaluate_on_kind(learned: Mapping[str, Mapping[int, DL2Policy]], heuristics: Sequence[str], traces: Sequence[Trace],
                      scenario: Scenario, folder: str | Path | None = None, namespace: str = "dl2-evaluate",
-                     log: Callable[[str], None] = print, repeats: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+                     log: Callable[[str], None] = print, repeats: int = 1, kept: str | Path | None = None,
+                     ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """`compare` on the kind testbed (`dl2 testbed up --kind`, in `folder` or the default): the heuristics, and
     every learned policy greedily (as `evaluate` reports it), in real training pods, `repeats` times each, beside
-    the simulator."""
+    the simulator. Every finished replay is kept (`ReplayStore`) in `kept`, by default the testbed's own folder's
+    `replays/`, so a rerun after an interruption replays only what had not finished."""
     from dl2.kube.resources import ensure_namespace
     from dl2.testbed import kind
 
@@ -152,10 +169,14 @@ def evaluate_on_kind(learned: Mapping[str, Mapping[int, DL2Policy]], heuristics:
         backend = KubeCluster(kube, scenario, namespace, pods.pool, workload=workload)
         policies: dict[tuple[str, int], Callable[[], Scheduler]] = {(name, -1): functools.partial(load_scheduler, name)
                                                                      for name in heuristics}
+        identities = {key: key[0] for key in policies}
         for label, by_seed in learned.items():
             for seed, policy in by_seed.items():
                 policies[label, seed] = functools.partial(DL2Scheduler, policy, greedy=True, name=label)
-        return compare(backend, policies, traces, scenario, log, repeats)
+                identities[label, seed] = weights_digest(policy)
+        context = repr((scenario, pods.workers, pods.slots_per_node, pods.runtime.cpu_millis_per_slot))
+        store = ReplayStore(kept or kind.load(folder).folder / "replays", identities, context)
+        return compare(backend, policies, traces, scenario, log, repeats, store)
     finally:
         kube.close()
         shutil.rmtree(workload.runtime.shared_here / namespace, ignore_errors=True)
