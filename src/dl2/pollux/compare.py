@@ -10,6 +10,7 @@ from typing import NamedTuple
 import pandas as pd
 from tqdm.auto import tqdm
 
+from dl2.pollux.bound import lower_bound_jct
 from dl2.pollux.cluster import simulate
 from dl2.pollux.policies import RANDOMIZED, make_policy
 from dl2.pollux.results import interval_table, job_table, summarize
@@ -32,7 +33,8 @@ def runs_of(policies: Sequence[str], seeds: Sequence[int]) -> list[tuple[str, in
 
 def compare(workloads: Sequence[Path], policies: Sequence[str], preset: PolluxPreset, seeds: Sequence[int] = (0,),
             progress: bool = True) -> PolluxTables:
-    """Every policy on every workload file under `preset`."""
+    """Every policy on every workload file under `preset`, each run's average JCT beside the world's lower bound
+    (`dl2.pollux.bound`)."""
     loaded = [(Path(p).stem, read_workload(p)) for p in workloads]
     pairs = runs_of(policies, seeds)
     summary, jobs, intervals = [], [], []
@@ -41,8 +43,10 @@ def compare(workloads: Sequence[Path], policies: Sequence[str], preset: PolluxPr
             for policy, seed in pairs:
                 run = simulate(workload, make_policy(policy, seed), preset)
                 key = {"preset": preset.name, "trace": name, "policy": policy, "seed": seed}
-                summary.append({**key, **summarize(run)})
-                jobs.append(job_table(run).assign(**key))
+                bound = lower_bound_jct(workload, preset)
+                summary.append({**key, **summarize(run), "lower_bound_avg_jct": float(bound.mean()),
+                                "ratio_to_lower_bound": float(run.jct.mean() / bound.mean())})
+                jobs.append(job_table(run).assign(jct_lower_bound=bound, **key))
                 intervals.append(interval_table(run).assign(**key))
                 bar.update()
     return PolluxTables(pd.DataFrame(summary), pd.concat(jobs, ignore_index=True), pd.concat(intervals, ignore_index=True))
