@@ -9,9 +9,9 @@ epoch off; no job under any policy finishes sooner (`tests/test_pollux_bound.py`
 
 What "any placement and batch size" covers: every arrangement of a job's GPUs over up to four nodes (the
 measured placements and, where not measured, the interpolated ones), one arrangement per (nodes, GPUs) beyond
-four nodes (all interpolated), every per-GPU batch the measurements cover (every integer where they span at
-most `ATOMIC_POINTS` values, else that many geometric points) and every number of accumulation steps up to
-the largest total batch; a job whose batch size is fixed (`batch_sizes`) also at its own batch split as the
+four nodes (all interpolated: the measurements know only (nodes, GPUs) there), every whole per-GPU batch
+the measurements cover and every number of accumulation steps up to the largest total batch: every choice a
+policy can make. A job whose batch size is fixed (`batch_sizes`) is also tried at its own batch split as the
 artifact splits it.
 """
 
@@ -28,7 +28,6 @@ from dl2.pollux.apps import AppTables, app_tables, load_applications
 from dl2.pollux.workload import Workload
 from dl2.workload.presets import PolluxPreset
 
-ATOMIC_POINTS = 2048  # per-GPU batch sizes tried at most (all integers in smaller ranges)
 MEASURED_NODES = 4  # the measurements' placements span at most this many nodes
 
 
@@ -52,22 +51,21 @@ def placements(num_nodes: int, gpus_per_node: int) -> List:
 
 
 def atomic_sizes(t: AppTables) -> np.ndarray:
-    """The per-GPU batch sizes the bound tries for an application."""
-    low, high = int(t.min_local_bsz), int(t.max_local_bsz)
-    if high - low + 1 <= ATOMIC_POINTS:
-        return np.arange(low, high + 1, dtype=np.int64)
-    return np.unique(np.rint(np.geomspace(low, high, ATOMIC_POINTS)).astype(np.int64))
+    """The per-GPU batch sizes the bound tries for an application: every whole one the measurements cover."""
+    return np.arange(int(t.min_local_bsz), int(t.max_local_bsz) + 1, dtype=np.int64)
 
 
 @njit(cache=True)
 def _fastest_pass(t: AppTables, counts_list, atomics: np.ndarray, seconds: np.ndarray) -> None:
     """`seconds[b]`: the fewest seconds one pass of total batch b takes over the placements, per-GPU batches
-    and accumulation steps tried (inf where none gives b)."""
+    (ascending) and accumulation steps tried (inf where none gives b)."""
     seconds[:] = np.inf
     max_bsz = int(t.max_bsz)
     for counts in counts_list:
         replicas = counts.sum()
         for atomic in atomics:
+            if replicas * atomic > max_bsz:
+                break
             step, sync = kernels.throughput(t, counts, float(atomic))
             if np.isnan(step):
                 continue
