@@ -12,7 +12,7 @@ from dl2.paths import PACKAGE_DIR
 LAYERS = (
     ("foundation", ("dl2", "dl2.errors", "dl2.paths", "dl2.config", "dl2.plots")),
     ("workload: job types, speeds, traces, presets", ("dl2.workload",)),
-    ("the simulated cluster: state, placement, slot steps, results", ("dl2.sim", "dl2.metrics")),
+    ("the simulated cluster: state, placement, slot steps, results", ("dl2.sim", "dl2.metrics", "dl2.capacity_bound")),
     ("schedulers: the scheduler and backend protocols, the heuristics", ("dl2.schedulers",)),
     ("distribution: the executor setting, jobs in processes or Ray tasks, a Ray cluster on this machine", ("dl2.distributed",)),
     ("the Pollux world: its applications, job model, cluster, policies and workloads", ("dl2.pollux",)),
