@@ -111,6 +111,18 @@ def cmd_compare(args: argparse.Namespace) -> None:
         print(world.aggregate(result.summary).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
 
 
+def cmd_score(args: argparse.Namespace) -> None:
+    from dl2.score.command import score, score_builtins
+
+    if args.builtins == (args.scheduler is not None):
+        raise Dl2Error("name a SCHEDULER to score, or --builtins to publish the built-ins' scoreboard (not both)")
+    if args.builtins:
+        print(score_builtins(args.out, progress=not args.quiet))
+        return
+    print(score(args.scheduler, args.out, args.seeds, kind=args.kind, kind_folder=args.kind_folder,
+                progress=not args.quiet))
+
+
 def cmd_stage(args: argparse.Namespace) -> None:
     from dl2.bench_pipeline import record_stage_usage
     from dl2.stages import run_stage
@@ -215,6 +227,19 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_scenario_args(cmp)
     cmp.set_defaults(func=cmd_compare)
+
+    score = sub.add_parser("score", help="score a scheduler on the fixed suite of every world it plays, ranked among the "
+                                         "built-ins; writes score.json and score.md (docs/scoreboard.md)")
+    score.add_argument("scheduler", nargs="?", default=None, help="a built-in policy of either world, a saved DL2 model "
+                                                                  "(*.pt), or module:Class / file.py:Class")
+    score.add_argument("--out", type=Path, default=None, help="folder for score.json and score.md (default: score-<name>; "
+                                                             "with --builtins: data/published/scoreboard)")
+    score.add_argument("--seeds", nargs="+", type=int, default=None, help="a randomized policy's seeds (default: the suite's 0 1 2)")
+    score.add_argument("--kind", action="store_true", help="also replay the suite's trace on the kind testbed (dl2 testbed up --kind)")
+    score.add_argument("--kind-folder", type=Path, default=None, help="the kind testbed's folder (default: dl2 testbed up's)")
+    score.add_argument("--builtins", action="store_true", help="instead: score the built-ins and write the published scoreboard")
+    score.add_argument("--quiet", action="store_true", help="no progress bar")
+    score.set_defaults(func=cmd_score)
 
     stage = sub.add_parser("stage", help="run one pipeline stage's notebook (what dvc repro calls)")
     stage.add_argument("stage", help="a stage of dvc.yaml: traces, baselines, report, pretrain, finetune, evaluate, "
