@@ -152,8 +152,13 @@ def cmd_publish(args: argparse.Namespace) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
-    if args.ray + args.pollux + args.clusters + args.pipeline > 1:
-        raise Dl2Error("--ray, --pollux, --clusters and --pipeline are separate benchmarks: run one at a time")
+    if args.ray + args.pollux + args.clusters + args.pipeline + args.score > 1:
+        raise Dl2Error("--ray, --pollux, --clusters, --pipeline and --score are separate benchmarks: run one at a time")
+    if args.score:
+        from dl2.bench_score import score_benchmark
+
+        print(json.dumps(score_benchmark(args.out or Path("bench-score.json")), indent=2))
+        return
     if args.pipeline:
         from dl2.bench_pipeline import pipeline_benchmark
 
@@ -271,6 +276,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--pipeline", action="store_true", help="instead: the main command, `uv run --locked dvc repro`, in a "
                                                                "fresh clone of this commit: wall and CPU seconds in all and per "
                                                                "stage (bench-pipeline.json)")
+    bench.add_argument("--score", action="store_true", help="instead: `dl2 score` in a fresh process, for Optimus (both "
+                                                            "simulated worlds) and the documented example class "
+                                                            "(bench-score.json)")
     bench.add_argument("--counts", type=int, nargs="+", default=[1, 2], help="--clusters: the cluster counts (default 1 2)")
     bench.set_defaults(func=cmd_bench)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -25,20 +26,31 @@ def score(spec: str, out: Path | None = None, seeds: Sequence[int] | None = None
     (`scoreboard`), write `out`/score.json and `out`/score.md; returns the Markdown table."""
     builtin_runs, bounds = builtins.load(scoreboard)
     candidate = resolve(spec)
+    if kind:
+        from dl2.testbed import kind as testbed
+
+        testbed.load(kind_folder)  # no testbed up: say so before the suite runs
     done = run_suite(candidate, tuple(seeds or suite.SEEDS), progress=progress)
-    runs, absent = done.runs, dict(done.absent)
+    runs, absent, seconds, extra = done.runs, dict(done.absent), dict(done.seconds), {}
     if kind:
         from dl2.score.kind import score_on_kind
 
         if candidate.plays(PS_WORKER):
-            runs = pd.concat([runs, score_on_kind(spec, candidate, kind_folder)[runs.columns]], ignore_index=True)
+            start = time.perf_counter()
+            replayed = score_on_kind(spec, candidate, kind_folder)
+            seconds[suite.KIND_PART] = time.perf_counter() - start
+            extra[suite.KIND_PART] = {"avg_jct_sim": float(replayed.avg_jct_sim.iloc[0])}
+            runs = pd.concat([runs, replayed[runs.columns]], ignore_index=True)
         else:
             absent[suite.KIND_PART] = "the kind testbed runs PS/worker schedulers"
     reference = builtins.builtin_scores(builtin_runs, bounds)
     table = board.rank(board.summarize(runs.assign(policy=candidate.name, provenance="scored"), bounds), reference)
     out = out or default_out(candidate.name)
     markdown = board.candidate_markdown(candidate.name, table, absent, reference)
-    write_json_atomic(out / "score.json", board.candidate_json(candidate.name, candidate.kind, table, absent, done.seconds))
+    result = board.candidate_json(candidate.name, candidate.kind, table, absent, seconds)
+    for part, values in extra.items():
+        result["parts"][part] |= values
+    write_json_atomic(out / "score.json", result)
     write_text_atomic(out / "score.md", markdown)
     return markdown
 

@@ -27,7 +27,8 @@ def kind_scenario() -> Scenario:
 
 def score_on_kind(spec: str, candidate: Candidate, folder: Path | None = None,
                   log: Callable[[str], None] = print) -> pd.DataFrame:
-    """The kind part's run (`RUN_COLUMNS` and `avg_jct_sim`): `candidate` (named `spec`) on the kind trace once."""
+    """The kind part's run (`RUN_COLUMNS`, and `avg_jct_sim`: the simulator's on the profiled table): `candidate`
+    (named `spec`) on the kind trace once."""
     sc = kind_scenario()
     trace = read_trace(suite.KIND_TRACE, sc.catalog)
     learned = {candidate.name: {0: candidate.model}} if candidate.model is not None else {}
