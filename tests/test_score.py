@@ -183,3 +183,19 @@ def test_rank_counts_the_built_ins_below_and_a_built_in_of_its_own_name_is_itsel
     ranked = board.rank(mine, builtin)
     assert ranked["rank"].tolist()[:3] == [3, 1, 1] and ranked["of"].tolist()[:3] == [4, 3, 2]
     assert ranked["rank"].isna().tolist() == [False, False, False, True]  # no built-in ran part c
+
+
+def test_the_results_pages_scoreboard_is_the_published_one():
+    text = (ROOT / "docs" / "results.md").read_text().split("## Scoreboard", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in text.splitlines() if line.startswith("| `")]
+    header = next(line for line in text.splitlines() if line.startswith("| PS/worker preset"))
+    names = {v: k for k, v in board.DISPLAY["ps-worker"].items()}
+    policies = [names[cell.strip()] for cell in header.strip("|").split("|")[1:]]
+    parts = json.loads((builtins.SCOREBOARD / "score.json").read_text())["parts"]
+    assert len(lines) == len(suite.PS_WORKER_PARTS)
+    for line in lines:
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        part = f"ps-worker/{cells[0].strip('`')}"
+        for policy, cell in zip(policies, cells[1:]):
+            entry = parts[part][policy]
+            assert cell == f"{entry['avg_jct']:.3f} ({entry['ratio_contention_free']:.3f}, {entry['ratio_capacity']:.3f})", (part, policy)
