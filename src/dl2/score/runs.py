@@ -47,7 +47,7 @@ def run_suite(candidate: Candidate, seeds: Sequence[int] = suite.SEEDS, worlds: 
         loads = ()
     ps_seeds = tuple(seeds) if PS_WORKER in candidate.randomized else (0,)
     pollux_seeds = tuple(seeds) if POLLUX in candidate.randomized else (0,)
-    total = len(ps_parts) * len(ps_seeds) * 10 + len(loads) * len(suite.POLLUX_WORKLOADS) * len(pollux_seeds)
+    total = sum(p.validation_traces for p in ps_parts) * len(ps_seeds) + len(loads) * len(suite.POLLUX_WORKLOADS) * len(pollux_seeds)
     with tqdm(total=total, desc=f"score {candidate.name}", unit="run", disable=not progress) as bar:
         for part in ps_parts:
             start = time.perf_counter()
