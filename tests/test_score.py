@@ -125,13 +125,16 @@ def test_a_class_plays_the_worlds_whose_methods_it_has_and_a_seed_argument_makes
         "    def schedule(self, obs):\n        return obs.allocation()\n"
         "    def batch_sizes(self, workload):\n        return 0 * workload.batch_size\n"
         "    def allocate(self, view):\n        return {}\n\n"
-        "class Neither:\n    def plan(self):\n        pass\n")
+        "class Neither:\n    def plan(self):\n        pass\n\n"
+        "class NeedsArgs:\n    def __init__(self, nodes):\n        pass\n    def schedule(self, obs):\n        pass\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     both = resolve("both_worlds:Both")
     assert both.plays(PS_WORKER) and both.plays(POLLUX) and both.randomized == {PS_WORKER, POLLUX}
     assert both.factories[POLLUX](2).seed == 2 and both.factories[PS_WORKER](1).name == "both_worlds:Both"
     with pytest.raises(Dl2Error, match="implements neither world's protocol"):
         resolve("both_worlds:Neither")
+    with pytest.raises(Dl2Error, match=re.escape("both_worlds:NeedsArgs: cannot build it as cls()")):
+        resolve("both_worlds:NeedsArgs").factories[PS_WORKER](0)
 
 
 def test_built_ins_play_their_own_worlds():
@@ -199,3 +202,18 @@ def test_the_results_pages_scoreboard_is_the_published_one():
         for policy, cell in zip(policies, cells[1:]):
             entry = parts[part][policy]
             assert cell == f"{entry['avg_jct']:.3f} ({entry['ratio_contention_free']:.3f}, {entry['ratio_capacity']:.3f})", (part, policy)
+
+
+@pytest.mark.slow
+def test_a_users_pollux_world_class_is_scored_on_the_whole_grid(tmp_path, monkeypatch):
+    """A class with the Pollux-world methods (here Tiresias under another name) plays the 32 cells, once each, and
+    gives the published grid's numbers; the PS/worker parts mark it absent."""
+    (tmp_path / "my_pollux.py").write_text("from dl2.pollux.policies.tiresias import Tiresias\n\n\n"
+                                           "class Mine(Tiresias):\n    name = 'mine'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    done = run_suite(resolve("my_pollux:Mine"), progress=False)
+    assert set(done.absent) == {p.label for p in suite.PS_WORKER_PARTS}
+    runs, _ = builtins.load()
+    published = runs[runs.policy == "tiresias"].set_index(["part", "trace"]).avg_jct
+    assert len(done.runs) == 32
+    assert done.runs.set_index(["part", "trace"]).avg_jct.to_dict() == published.to_dict()

@@ -83,11 +83,17 @@ def _class_candidate(spec: str) -> Candidate:
         raise Dl2Error(f"{spec} implements neither world's protocol: a PS/worker scheduler has a schedule(obs) method "
                        "(dl2.schedulers.base), a Pollux-world policy batch_sizes(workload) and allocate(view) methods "
                        "(dl2.pollux.cluster.PolluxPolicy)")
-    seeded = "seed" in inspect.signature(cls).parameters
+    try:
+        seeded = "seed" in inspect.signature(cls).parameters
+    except (TypeError, ValueError):  # no signature to read: built with cls()
+        seeded = False
     name = getattr(cls, "name", None) if isinstance(getattr(cls, "name", None), str) else spec
 
     def build(seed: int) -> Any:
-        instance = cls(seed=seed) if seeded else cls()
+        try:
+            instance = cls(seed=seed) if seeded else cls()
+        except TypeError as exc:
+            raise Dl2Error(f"{spec}: cannot build it as {'cls(seed=...)' if seeded else 'cls()'}: {exc}") from None
         if not isinstance(getattr(instance, "name", None), str):
             instance.name = name
         return instance
