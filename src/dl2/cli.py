@@ -96,6 +96,14 @@ def cmd_simulate(args: argparse.Namespace) -> None:
     print(json.dumps({"policy": row["policy"], "preset": preset.name, **summary}, indent=2))
 
 
+def cmd_bound_tightness(args: argparse.Namespace) -> None:
+    from dl2.bound_tightness import bound_report
+
+    report = bound_report(args.out, args.traces, args.evaluations, args.seed, args.published)
+    small = {name: {k: v for k, v in r.items() if k.startswith(("mean", "max"))} for name, r in report["small"]["presets"].items()}
+    print(json.dumps({name: r["ratio_to_capacity_bound"] for name, r in report["published"].items()} | small, indent=2))
+
+
 def cmd_compare(args: argparse.Namespace) -> None:
     import pandas as pd
 
@@ -215,6 +223,16 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_scenario_args(cmp)
     cmp.set_defaults(func=cmd_compare)
+
+    bound = sub.add_parser("bound", help="the capacity-aware lower bound").add_subparsers(dest="action", required=True)
+    tight = bound.add_parser("tightness", help="the bound on the published evaluations' validation traces beside their policies, "
+                                               "and against the best schedule a search finds on small traces; writes JSON")
+    tight.add_argument("--traces", type=int, default=10, help="small traces per small preset (default 10)")
+    tight.add_argument("--evaluations", type=int, default=200, help="schedules the search replays per small trace (default 200)")
+    tight.add_argument("--seed", type=int, default=0)
+    tight.add_argument("--published", type=Path, default=Path("data/published"), help="where the published evaluations are")
+    tight.add_argument("--out", type=Path, default=Path("data/published/bounds/tightness.json"))
+    tight.set_defaults(func=cmd_bound_tightness)
 
     stage = sub.add_parser("stage", help="run one pipeline stage's notebook (what dvc repro calls)")
     stage.add_argument("stage", help="a stage of dvc.yaml: traces, baselines, report, pretrain, finetune, evaluate, "
