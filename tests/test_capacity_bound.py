@@ -9,20 +9,27 @@ import torch
 from conftest import tiny_preset
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from scipy.optimize import linprog
 
 from dl2.bound_tightness import PriorityGreedy, best_found
-from dl2.capacity_bound import capacity_bound, useful_configs
+from dl2.capacity_bound import best_speeds, capacity_bound, useful_configs
 from dl2.errors import Dl2Error
 from dl2.learn.agent import DL2Policy
 from dl2.learn.architecture import net_config
 from dl2.learn.rollout import run_policy
-from dl2.metrics import lower_bound_jct
+from dl2.metrics import _best_allocations, _fits_alone, lower_bound_jct
 from dl2.schedulers import policy_names
 from dl2.schedulers.builtin import simulate_builtin
 from dl2.sim.scenario import Scenario, SimOptions
 from dl2.workload.catalog import load_catalog
 from dl2.workload.presets import get_preset
 from dl2.workload.traces import Trace, generate_trace
+
+
+def lower_bound_speed(scenario: Scenario, model: int) -> float:
+    """The contention-free bound's speed for `model`: its fastest config that fits the empty cluster."""
+    return float(_best_allocations(scenario)[0][model])
+
 
 MODELS = load_catalog("public_release").names
 SLACK = 1e-7  # the LP solver's tolerances
@@ -88,18 +95,22 @@ def test_a_job_alone_gets_its_contention_free_jct_plus_its_start():
         assert simulate_builtin(trace, "optimus", scenario).jct[0] >= expected - SLACK
 
 
-def test_useful_configs_keep_the_fastest_and_drop_those_a_mix_beats():
-    scenario = Scenario(tiny_preset(4, 4))
-    table = scenario.true_table
-    for m in range(scenario.catalog.num_models):
+@pytest.mark.parametrize("preset", ["paper", "dev"])
+def test_useful_configs_keep_the_fastest_and_every_dropped_one_is_beaten_by_a_mix_of_them(preset):
+    scenario = Scenario(get_preset(preset))
+    p, c, table = scenario.preset, scenario.catalog, scenario.true_table
+    for m in range(c.num_models):
         kept = useful_configs(scenario, m)
-        fastest = max(table[m, p, w] for p in range(1, 5) for w in range(1, 5))
-        assert kept.speed.max() == fastest
-        assert len(kept.speed) <= 16 and (kept.speed > 0).all()
-        for k in range(len(kept.speed)):  # no kept config is beaten by another single one
-            others = np.delete(np.arange(len(kept.speed)), k)
-            beaten = (kept.demand[others] <= kept.demand[k]).all(axis=1) & (kept.speed[others] >= kept.speed[k])
-            assert not beaten.any()
+        assert kept.speed.max() == best_speeds(scenario)[m] == lower_bound_speed(scenario, m)
+        held = np.column_stack([kept.demand, kept.speed])
+        for ps in range(1, p.max_tasks + 1):
+            for workers in range(1, p.max_tasks + 1):
+                demand = ps * c.ps_demand[m] + workers * c.worker_demand[m]
+                if not _fits_alone(p.num_nodes, (p.node_cpu, p.node_gpu), c.worker_demand[m], c.ps_demand[m], ps, workers):
+                    continue
+                mix = linprog(-held[:, 2], A_ub=np.vstack([np.ones(len(held)), held[:, :2].T]), b_ub=np.r_[1.0, demand],
+                              bounds=(0, None), method="highs")  # the fastest mix of kept configs within its resources
+                assert -mix.fun >= table[m, ps, workers] * (1 - 1e-9), (c.names[m], ps, workers)
 
 
 def test_priority_greedy_replays_in_the_simulator_and_never_beats_the_bound():

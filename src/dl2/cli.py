@@ -148,8 +148,13 @@ def cmd_publish(args: argparse.Namespace) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
-    if args.ray + args.pollux + args.clusters + args.pipeline > 1:
-        raise Dl2Error("--ray, --pollux, --clusters and --pipeline are separate benchmarks: run one at a time")
+    if args.ray + args.pollux + args.clusters + args.pipeline + args.bound > 1:
+        raise Dl2Error("--ray, --pollux, --clusters, --pipeline and --bound are separate benchmarks: run one at a time")
+    if args.bound:
+        from dl2.bench_bound import bound_benchmark
+
+        print(json.dumps(bound_benchmark(args.out or Path("bench-bound.json")), indent=2))
+        return
     if args.pipeline:
         from dl2.bench_pipeline import pipeline_benchmark
 
@@ -256,6 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-learn", action="store_true", help="skip the learning benchmark (rollouts, latency, pretraining)")
     bench.add_argument("--ray", action="store_true", help="instead: a reduced ablation group in-process and on 1 and 2 local "
                                                           "Ray nodes (speedup, overhead per task, equality)")
+    bench.add_argument("--bound", action="store_true", help="instead: the capacity-aware bound's solve time on one validation "
+                                                            "trace of each PS/worker preset (bench-bound.json)")
     bench.add_argument("--pollux", action="store_true", help="instead: the Pollux world's job step and each of its policies "
                                                              "on the artifact's workload 6 (bench-pollux.json)")
     bench.add_argument("--clusters", action="store_true", help="instead: seconds per PPO update with 1 and more training "
