@@ -30,6 +30,7 @@ from functools import lru_cache
 import numpy as np
 from scipy import sparse
 from scipy.optimize import linprog
+from scipy.spatial import ConvexHull
 
 from dl2.errors import Dl2Error
 from dl2.metrics import _fits_alone
@@ -39,6 +40,7 @@ from dl2.workload.traces import Trace
 HIGHS_OPTIONS = {"presolve": True, "primal_feasibility_tolerance": 1e-9, "dual_feasibility_tolerance": 1e-9}
 TAIL_TOLERANCE = 1e-9  # a job's share left to the tail below this counts as none (any horizon gives a valid bound)
 MAX_DOUBLINGS = 12  # the horizon doubles until no job leaves work to the tail, at most this often
+HULL_MARGIN = 1e-9  # a config is dropped only this far inside what mixes of the others reach (unit coordinates)
 
 
 @dataclass(frozen=True)
@@ -115,8 +117,8 @@ def _last_slot_slack(length: np.ndarray) -> np.ndarray:
 def useful_configs(scenario: Scenario, model: int) -> Configs:
     """The configs of `model` (1..max_tasks PS and workers, fitting the empty cluster, training at all) that
     no mix of its others beats: a mix (weights summing to at most 1) with no more CPU and GPU slots and at
-    least the speed would serve every schedule as well, in the LP. Each config dropped is checked against
-    the configs kept at that point with a mix verified in floating point, not on the LP solver's word."""
+    least the speed would serve every schedule as well, in the LP. Kept: the extreme points of the points
+    (CPU, GPU, speed) with the origin, each shifted by more of either resource or less speed (`_extreme`)."""
     p, c = scenario.preset, scenario.catalog
     table = scenario.true_table
     ps, workers, speed = [], [], []
@@ -130,46 +132,25 @@ def useful_configs(scenario: Scenario, model: int) -> Configs:
     if not speed:
         raise Dl2Error(f"capacity bound: no config of model {c.names[model]!r} fits an empty cluster of preset {p.name!r} and trains")
     ps_a, w_a, s_a = np.array(ps), np.array(workers), np.array(speed)
-    d = ps_a[:, None] * c.ps_demand[model][None, :] + w_a[:, None] * c.worker_demand[model][None, :]
-    d = d.astype(float)
-    keep = ~_pairwise_dominated(d, s_a)
-    for k in np.flatnonzero(keep)[np.argsort(s_a[keep], kind="stable")]:
-        others = keep.copy()
-        others[k] = False
-        if others.any() and _mix_beats(d[others], s_a[others], d[k], s_a[k]):
-            keep[k] = False
+    d = (ps_a[:, None] * c.ps_demand[model][None, :] + w_a[:, None] * c.worker_demand[model][None, :]).astype(float)
+    keep = _extreme(np.column_stack([d, s_a]))
     return Configs(ps=ps_a[keep], workers=w_a[keep], speed=s_a[keep], demand=d[keep])
 
 
-def _pairwise_dominated(demand: np.ndarray, speed: np.ndarray) -> np.ndarray:
-    """Configs another single config beats or equals (no more of either resource, at least the speed); of
-    equal ones the first is kept."""
-    n = len(speed)
-    le = (demand[:, None, :] <= demand[None, :, :]).all(axis=2) & (speed[:, None] >= speed[None, :])  # [b, a]: b beats a
-    equal = (demand[:, None, :] == demand[None, :, :]).all(axis=2) & (speed[:, None] == speed[None, :])
-    earlier = np.arange(n)[:, None] < np.arange(n)[None, :]
-    beats = le & (~equal | earlier)
-    np.fill_diagonal(beats, False)
-    return beats.any(axis=0)
-
-
-def _mix_beats(demand: np.ndarray, speed: np.ndarray, target_demand: np.ndarray, target_speed: float) -> bool:
-    """Whether some mix of the configs (`demand`, `speed`), weights >= 0 summing to at most 1, holds no more
-    than `target_demand` and trains at least `target_speed`, as found by an LP and verified in floats."""
-    res = linprog(-speed, A_ub=np.vstack([np.ones(len(speed)), demand.T]), b_ub=np.concatenate([[1.0], target_demand]),
-                  bounds=(0, None), method="highs", options=HIGHS_OPTIONS)
-    if res.status != 0:
-        return False
-    weights = np.clip(res.x, 0.0, None)
-    used = np.concatenate([[weights.sum()], demand.T @ weights])
-    limit = np.concatenate([[1.0], target_demand])
-    over = used > limit
-    if over.any():
-        weights = weights * float((limit[over] / used[over]).min())
-        used = np.concatenate([[weights.sum()], demand.T @ weights])
-        if (used > limit).any():
-            return False
-    return float(speed @ weights) >= target_speed
+def _extreme(points: np.ndarray) -> np.ndarray:
+    """Which rows (CPU, GPU, speed) no mix of the others and the origin beats. The convex hull of the points, the
+    origin, and each of them with far more CPU, far more GPU or far less speed holds exactly what mixes of the
+    points beat or equal; a point strictly inside it (by more than qhull's rounding, `HULL_MARGIN` of the
+    coordinates' scale) is a mix of the others and is dropped; a vertex, or a point on the surface, is kept."""
+    used = points.max(axis=0) > 0  # a resource no config holds (GPUs of a CPU-only model) is left out
+    unit = points[:, used] / points[:, used].max(axis=0)
+    dims = unit.shape[1]
+    far = np.eye(dims) * 4.0
+    far[-1] *= -1.0  # the last coordinate is speed: less of it
+    base = np.vstack([unit, np.zeros((1, dims))])
+    hull = ConvexHull(np.vstack([base, *(base + f for f in far)]))
+    inside = (unit @ hull.equations[:, :dims].T + hull.equations[:, dims]).max(axis=1)  # <= 0 inside, 0 on a facet
+    return inside > -HULL_MARGIN
 
 
 def _solve(trace: Trace, scenario: Scenario, configs: list[Configs], floor: np.ndarray, horizon: int,
