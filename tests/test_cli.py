@@ -153,6 +153,10 @@ def check_summary(summary: dict) -> None:
     assert summary["ratio_to_lower_bound"] >= 1.0
     assert summary["ratio_to_lower_bound"] == pytest.approx(summary["avg_jct"] / summary["lower_bound_avg_jct"])
     assert 0 < summary["median_jct"] <= summary["p95_jct"] <= summary["p99_jct"] <= summary["makespan"]
+    # the capacity-aware bound: at or above the contention-free one, at or below the run, its solve timed
+    assert summary["lower_bound_avg_jct"] - 1e-9 <= summary["capacity_bound_avg_jct"] <= summary["avg_jct"] + 1e-9
+    assert summary["ratio_to_capacity_bound"] == pytest.approx(summary["avg_jct"] / summary["capacity_bound_avg_jct"])
+    assert summary["capacity_bound_seconds"] > 0
 
 
 @pytest.mark.parametrize("policy", ["fifo", "optimus"])
@@ -202,8 +206,11 @@ def test_simulate_integer_jct(capsys, tmp_path, trace_file):
 
 
 def test_simulate_is_deterministic(capsys, trace_file):
+    """Every number but the bound's wall-clock solve time."""
     argv = ["simulate", "--trace", str(trace_file), "--policy", "drf"]
-    assert run_ok(capsys, argv) == run_ok(capsys, argv)
+    first, second = (json.loads(run_ok(capsys, argv)) for _ in range(2))
+    assert first.pop("capacity_bound_seconds") > 0 and second.pop("capacity_bound_seconds") > 0
+    assert first == second
 
 
 def test_simulate_user_scheduler_file(capsys, tmp_path, trace_file):

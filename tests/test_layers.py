@@ -12,7 +12,7 @@ from dl2.paths import PACKAGE_DIR
 LAYERS = (
     ("foundation", ("dl2", "dl2.errors", "dl2.paths", "dl2.config", "dl2.plots")),
     ("workload: job types, speeds, traces, presets", ("dl2.workload",)),
-    ("the simulated cluster: state, placement, slot steps, results", ("dl2.sim", "dl2.metrics")),
+    ("the simulated cluster: state, placement, slot steps, results", ("dl2.sim", "dl2.metrics", "dl2.capacity_bound")),
     ("schedulers: the scheduler and backend protocols, the heuristics", ("dl2.schedulers",)),
     ("distribution: the executor setting, jobs in processes or Ray tasks, a Ray cluster on this machine", ("dl2.distributed",)),
     ("the Pollux world: its applications, job model, cluster, policies and workloads", ("dl2.pollux",)),
@@ -21,9 +21,10 @@ LAYERS = (
     ("testbeds: the local control plane and kind, their binaries and images, the training pods' code", ("dl2.testbed",)),
     ("backends and the slot loop: the simulator, Kubernetes; their environments; Gymnasium", ("dl2.backends", "dl2.gym_env")),
     ("sim-to-real experiments: profiling, replay, the report's section", ("dl2.sim_to_real",)),
-    ("pipeline and command line", ("dl2.stages", "dl2.stage_configs", "dl2.notebooks", "dl2.tracking", "dl2.compare",
-                                   "dl2.worlds", "dl2.reproduction", "dl2.publish", "dl2.bench", "dl2.bench_ray",
-                                   "dl2.bench_clusters", "dl2.bench_pollux", "dl2.bench_pipeline", "dl2.cli",
+    ("pipeline and command line", ("dl2.stages", "dl2.stage_configs", "dl2.notebooks", "dl2.tracking", "dl2.compare", "dl2.bound_tightness",
+                                   "dl2.worlds", "dl2.reproduction", "dl2.publish", "dl2.score", "dl2.bench", "dl2.bench_ray",
+                                   "dl2.bench_clusters", "dl2.bench_pollux", "dl2.bench_bound", "dl2.bench_pipeline", "dl2.bench_score",
+                                   "dl2.cli",
                                    "dl2.testbed_cli")),
 )
 

@@ -96,6 +96,14 @@ def cmd_simulate(args: argparse.Namespace) -> None:
     print(json.dumps({"policy": row["policy"], "preset": preset.name, **summary}, indent=2))
 
 
+def cmd_bound_tightness(args: argparse.Namespace) -> None:
+    from dl2.bound_tightness import bound_report
+
+    report = bound_report(args.out, args.traces, args.evaluations, args.seed, args.published)
+    small = {name: {k: v for k, v in r.items() if k.startswith(("mean", "max"))} for name, r in report["small"]["presets"].items()}
+    print(json.dumps({name: r["ratio_to_capacity_bound"] for name, r in report["published"].items()} | small, indent=2))
+
+
 def cmd_compare(args: argparse.Namespace) -> None:
     import pandas as pd
 
@@ -109,6 +117,18 @@ def cmd_compare(args: argparse.Namespace) -> None:
         write_csv_atomic(args.out, result.summary)
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(world.aggregate(result.summary).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+
+
+def cmd_score(args: argparse.Namespace) -> None:
+    from dl2.score.command import score, score_builtins
+
+    if args.builtins == (args.scheduler is not None):
+        raise Dl2Error("name a SCHEDULER to score, or --builtins to publish the built-ins' scoreboard (not both)")
+    if args.builtins:
+        print(score_builtins(args.out, progress=not args.quiet))
+        return
+    print(score(args.scheduler, args.out, args.seeds, kind=args.kind, kind_folder=args.kind_folder,
+                progress=not args.quiet))
 
 
 def cmd_stage(args: argparse.Namespace) -> None:
@@ -140,8 +160,18 @@ def cmd_publish(args: argparse.Namespace) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
-    if args.ray + args.pollux + args.clusters + args.pipeline > 1:
-        raise Dl2Error("--ray, --pollux, --clusters and --pipeline are separate benchmarks: run one at a time")
+    if args.ray + args.pollux + args.clusters + args.pipeline + args.bound + args.score > 1:
+        raise Dl2Error("--ray, --pollux, --clusters, --pipeline, --bound and --score are separate benchmarks: run one at a time")
+    if args.bound:
+        from dl2.bench_bound import bound_benchmark
+
+        print(json.dumps(bound_benchmark(args.out or Path("bench-bound.json")), indent=2))
+        return
+    if args.score:
+        from dl2.bench_score import score_benchmark
+
+        print(json.dumps(score_benchmark(args.out or Path("bench-score.json")), indent=2))
+        return
     if args.pipeline:
         from dl2.bench_pipeline import pipeline_benchmark
 
@@ -216,6 +246,29 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scenario_args(cmp)
     cmp.set_defaults(func=cmd_compare)
 
+    score = sub.add_parser("score", help="score a scheduler on the fixed suite of every world it plays, ranked among the "
+                                         "built-ins; writes score.json and score.md (docs/scoreboard.md)")
+    score.add_argument("scheduler", nargs="?", default=None, help="a built-in policy of either world, a saved DL2 model "
+                                                                  "(*.pt), or module:Class / file.py:Class")
+    score.add_argument("--out", type=Path, default=None, help="folder for score.json and score.md (default: score-<name>; "
+                                                             "with --builtins: data/published/scoreboard)")
+    score.add_argument("--seeds", nargs="+", type=int, default=None, help="a randomized policy's seeds (default: the suite's 0 1 2)")
+    score.add_argument("--kind", action="store_true", help="also replay the suite's trace on the kind testbed (dl2 testbed up --kind)")
+    score.add_argument("--kind-folder", type=Path, default=None, help="the kind testbed's folder (default: dl2 testbed up's)")
+    score.add_argument("--builtins", action="store_true", help="instead: score the built-ins and write the published scoreboard")
+    score.add_argument("--quiet", action="store_true", help="no progress bar")
+    score.set_defaults(func=cmd_score)
+
+    bound = sub.add_parser("bound", help="the capacity-aware lower bound").add_subparsers(dest="action", required=True)
+    tight = bound.add_parser("tightness", help="the bound on the published evaluations' validation traces beside their policies, "
+                                               "and against the best schedule a search finds on small traces; writes JSON")
+    tight.add_argument("--traces", type=int, default=10, help="small traces per small preset (default 10)")
+    tight.add_argument("--evaluations", type=int, default=200, help="schedules the search replays per small trace (default 200)")
+    tight.add_argument("--seed", type=int, default=0)
+    tight.add_argument("--published", type=Path, default=Path("data/published"), help="where the published evaluations are")
+    tight.add_argument("--out", type=Path, default=Path("data/published/bounds/tightness.json"))
+    tight.set_defaults(func=cmd_bound_tightness)
+
     stage = sub.add_parser("stage", help="run one pipeline stage's notebook (what dvc repro calls)")
     stage.add_argument("stage", help="a stage of dvc.yaml: traces, baselines, report, pretrain, finetune, evaluate, "
                                      "ablate@GROUP (learner, model, environment), reproduction, reproduction-published")
@@ -238,6 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-learn", action="store_true", help="skip the learning benchmark (rollouts, latency, pretraining)")
     bench.add_argument("--ray", action="store_true", help="instead: a reduced ablation group in-process and on 1 and 2 local "
                                                           "Ray nodes (speedup, overhead per task, equality)")
+    bench.add_argument("--bound", action="store_true", help="instead: the capacity-aware bound's solve time on one validation "
+                                                            "trace of each PS/worker preset (bench-bound.json)")
     bench.add_argument("--pollux", action="store_true", help="instead: the Pollux world's job step and each of its policies "
                                                              "on the artifact's workload 6 (bench-pollux.json)")
     bench.add_argument("--clusters", action="store_true", help="instead: seconds per PPO update with 1 and more training "
@@ -246,6 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--pipeline", action="store_true", help="instead: the main command, `uv run --locked dvc repro`, in a "
                                                                "fresh clone of this commit: wall and CPU seconds in all and per "
                                                                "stage (bench-pipeline.json)")
+    bench.add_argument("--score", action="store_true", help="instead: `dl2 score` in a fresh process, for Optimus (both "
+                                                            "simulated worlds) and the documented example class "
+                                                            "(bench-score.json)")
     bench.add_argument("--counts", type=int, nargs="+", default=[1, 2], help="--clusters: the cluster counts (default 1 2)")
     bench.set_defaults(func=cmd_bench)
 

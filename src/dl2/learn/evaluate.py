@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from dl2.capacity_bound import capacity_bound
 from dl2.distributed.executor import LOCAL, Executor
 from dl2.distributed.jobs import run_jobs
 from dl2.learn.agent import DL2Policy
@@ -41,7 +42,8 @@ def reference_jcts(summary: pd.DataFrame, results: pd.DataFrame) -> dict[str, fl
 
 def evaluate(learned: Mapping[str, Mapping[int, DL2Policy]], heuristics: Sequence[str], traces: Sequence[Trace],
              scenario: Scenario, seed: int = 0, executor: Executor = LOCAL) -> pd.DataFrame:
-    """One row per (policy, training seed, trace): average JCT and its ratio to the lower bound.
+    """One row per (policy, training seed, trace): average JCT and its ratio to the lower bound and to the
+    capacity-aware bound (`dl2.capacity_bound`, solved once per trace).
 
     `learned` maps a name to its policies by training seed. A learned policy appears twice: greedy
     (its most likely action, under its own name) and sampling from its softmax (`<name>-sampled`, as the
@@ -49,12 +51,13 @@ def evaluate(learned: Mapping[str, Mapping[int, DL2Policy]], heuristics: Sequenc
     the traces as a task of its own; locally, all in this process.
     """
     bound = np.array([lower_bound_jct(t, scenario).mean() for t in traces])
+    capacity = np.array([capacity_bound(t, scenario, label=f"validation trace {i}").avg_jct for i, t in enumerate(traces)])
     jobs = [(name, -1, None, traces, scenario, seed) for name in heuristics] + \
         [(name, k, policy, traces, scenario, seed) for name, policies in learned.items() for k, policy in policies.items()]
     rows = []
     for _, played in run_jobs(_play, jobs, 1, executor=executor):
         for name, k, jct in played:
-            rows += _rows(name, k, jct, bound)
+            rows += _rows(name, k, jct, bound, capacity)
     return pd.DataFrame(rows)
 
 
@@ -70,13 +73,18 @@ def _play(name: str, k: int, policy: DL2Policy | None, traces: Sequence[Trace], 
 
 def summary_table(results: pd.DataFrame) -> pd.DataFrame:
     """Per policy: mean average JCT, its spread over training seeds (sd, min, max of the per-seed means),
-    the ratio to the lower bound, and the gains over DRF and Optimus."""
-    per_seed = results.groupby(["policy", "seed"], sort=False).agg(avg_jct=("avg_jct", "mean"), bound=("lower_bound", "mean"))
+    the ratio to the lower bound (and to the capacity-aware bound where `results` has it: files written
+    before it existed do not), and the gains over DRF and Optimus."""
+    capacity = "capacity_bound" in results
+    bounds = {"bound": ("lower_bound", "mean")} | ({"capacity_bound": ("capacity_bound", "mean")} if capacity else {})
+    per_seed = results.groupby(["policy", "seed"], sort=False).agg(avg_jct=("avg_jct", "mean"), **bounds)
     table = per_seed.groupby("policy", sort=False).agg(
         avg_jct=("avg_jct", "mean"), seed_sd=("avg_jct", "std"), seed_min=("avg_jct", "min"), seed_max=("avg_jct", "max"),
-        seeds=("avg_jct", "size"), bound=("bound", "mean")).reset_index()
+        seeds=("avg_jct", "size"), **{name: (name, "mean") for name in bounds}).reset_index()
     table["seed_sd"] = table.seed_sd.fillna(0.0)
     table["ratio_to_bound"] = table.avg_jct / table.bound
+    if capacity:
+        table["ratio_to_capacity_bound"] = table.avg_jct / table.capacity_bound
     by_name = table.set_index("policy").avg_jct
     for reference in ("drf", "optimus"):
         if reference in by_name:
@@ -85,11 +93,16 @@ def summary_table(results: pd.DataFrame) -> pd.DataFrame:
 
 
 def summary_metrics(table: pd.DataFrame) -> dict[str, dict]:
-    """The `evaluate` stage's DVC metrics per policy, from `summary_table`'s table."""
+    """The `evaluate` stage's DVC metrics per policy, from `summary_table`'s table (the ratio to the
+    capacity-aware bound where the table has it)."""
+    capacity = "ratio_to_capacity_bound" in table
     return {r.policy: {"avg_jct": round(r.avg_jct, 6), "seed_sd": round(r.seed_sd, 6), "seeds": int(r.seeds),
-                       "ratio_to_bound": round(r.ratio_to_bound, 6)} for r in table.itertuples()}
+                       "ratio_to_bound": round(r.ratio_to_bound, 6)}
+            | ({"ratio_to_capacity_bound": round(r.ratio_to_capacity_bound, 6)} if capacity else {})
+            for r in table.itertuples()}
 
 
-def _rows(policy: str, seed: int, jct: np.ndarray, bound: np.ndarray) -> list[dict]:
+def _rows(policy: str, seed: int, jct: np.ndarray, bound: np.ndarray, capacity: np.ndarray) -> list[dict]:
     return [{"policy": policy, "seed": seed, "trace": i, "avg_jct": float(j), "lower_bound": float(b),
-             "ratio_to_bound": float(j / b)} for i, (j, b) in enumerate(zip(jct, bound))]
+             "ratio_to_bound": float(j / b), "capacity_bound": float(c), "ratio_to_capacity_bound": float(j / c)}
+            for i, (j, b, c) in enumerate(zip(jct, bound, capacity, strict=True))]
