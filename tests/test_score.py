@@ -60,7 +60,9 @@ def test_the_published_scoreboard_follows_from_its_runs_and_bounds():
     assert (round(dl2.avg_jct, 3), round(dl2.sd_seeds, 3), round(dl2.ratio_contention_free, 3)) == (5.871, 0.061, 1.060)
     bounded = scores[scores.part.str.startswith("ps-worker/")]
     assert len(bounded) == 18 and (bounded.capacity >= bounded.contention_free - 1e-9).all()
-    assert scores[~scores.part.str.startswith("ps-worker/")].capacity.isna().all()  # no bound in the Pollux world
+    pollux = scores[~scores.part.str.startswith("ps-worker/")]
+    assert pollux.capacity.isna().all(), "the Pollux world has no capacity-aware bound"
+    assert (pollux.contention_free > 0).all() and (pollux.ratio_contention_free >= 1).all(), "each job alone bounds it"
 
 
 @pytest.mark.slow

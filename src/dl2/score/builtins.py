@@ -7,7 +7,7 @@ scheduler is ranked among them without rerunning them.
 - Pollux world (Optimus+Oracle, Tiresias, Pollux): the suite's cells are the published grid's, so they are read
   from `data/published/pollux/summary.csv` (Pollux over seeds 0, 1, 2: 96 runs of 55 minutes on two cores).
 
-The bounds of every PS/worker trace are published beside them (`bounds.csv`), so a score never re-solves them.
+The bounds of every trace and workload are published beside them (`bounds.csv`), so a score never recomputes them.
 """
 
 from __future__ import annotations
@@ -22,12 +22,14 @@ from dl2.capacity_bound import capacity_bound
 from dl2.errors import Dl2Error
 from dl2.metrics import lower_bound_jct
 from dl2.paths import repo_root, write_csv_atomic, write_json_atomic, write_text_atomic
+from dl2.pollux.bound import lower_bound_jct as pollux_bound
 from dl2.pollux.policies import POLICIES as POLLUX_POLICIES
+from dl2.pollux.workload import read_workload
 from dl2.schedulers.builtin import BUILTIN_POLICIES
 from dl2.score import board, suite
 from dl2.score.candidate import resolve
 from dl2.score.runs import RUN_COLUMNS, run_suite
-from dl2.workload.presets import PS_WORKER
+from dl2.workload.presets import POLLUX, PS_WORKER, get_preset
 
 PUBLISHED = repo_root() / "data" / "published"
 SCOREBOARD = PUBLISHED / "scoreboard"
@@ -37,7 +39,8 @@ SCORED = "scored by dl2 score"
 
 
 def bounds_table(progress: bool = True) -> pd.DataFrame:
-    """Per PS/worker part and trace: the contention-free bound, the capacity-aware bound and its solve seconds."""
+    """Per part and trace: the contention-free bound (in the Pollux world, each job alone: `dl2.pollux.bound`),
+    and in the PS/worker world the capacity-aware bound and its solve seconds."""
     rows = []
     for part in tqdm(suite.PS_WORKER_PARTS, desc="bounds", unit="preset", disable=not progress):
         sc, traces = suite.ps_worker_traces(part)
@@ -45,6 +48,10 @@ def bounds_table(progress: bool = True) -> pd.DataFrame:
             capacity = capacity_bound(trace, sc, label=f"{part.label} trace {k}")
             rows.append({"part": part.label, "trace": str(k), "contention_free": float(lower_bound_jct(trace, sc).mean()),
                          "capacity": capacity.avg_jct, "capacity_seconds": capacity.solve_seconds})
+    preset = get_preset(suite.POLLUX_PRESET, world=POLLUX)
+    for cell in suite.pollux_cells("optimus", (0,)):  # a cell's workload is the same for every policy and seed
+        rows.append({"part": suite.pollux_label(cell.load), "trace": f"workload-{cell.workload}",
+                     "contention_free": float(pollux_bound(read_workload(cell.path), preset).mean())})
     return pd.DataFrame(rows, columns=BOUND_COLUMNS)
 
 
