@@ -151,11 +151,11 @@ def speed_error(slots: pd.DataFrame) -> pd.DataFrame:
 
 def evaluate_on_kind(learned: Mapping[str, Mapping[int, DL2Policy]], heuristics: Sequence[str], traces: Sequence[Trace],
                      scenario: Scenario, folder: str | Path | None = None, namespace: str = "dl2-evaluate",
-                     log: Callable[[str], None] = print, repeats: int = 1, kept: str | Path | None = None,
+                     log: Callable[[str], None] = print, repeats: int = 1, keep: bool = False,
                      ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """`compare` on the kind testbed (`dl2 testbed up --kind`, in `folder` or the default): the heuristics, and
     every learned policy greedily (as `evaluate` reports it), in real training pods, `repeats` times each, beside
-    the simulator. Every finished replay is kept (`ReplayStore`) in `kept`, by default the testbed's own folder's
+    the simulator. With `keep`, every finished replay is kept (`ReplayStore`) in the testbed's folder's
     `replays/`, so a rerun after an interruption replays only what had not finished."""
     from dl2.kube.resources import ensure_namespace
     from dl2.testbed import kind
@@ -175,7 +175,7 @@ def evaluate_on_kind(learned: Mapping[str, Mapping[int, DL2Policy]], heuristics:
                 policies[label, seed] = functools.partial(DL2Scheduler, policy, greedy=True, name=label)
                 identities[label, seed] = weights_digest(policy)
         context = repr((scenario, pods.workers, pods.slots_per_node, pods.runtime.cpu_millis_per_slot))
-        store = ReplayStore(kept or kind.load(folder).folder / "replays", identities, context)
+        store = ReplayStore(kind.load(folder).folder / "replays", identities, context) if keep else None
         return compare(backend, policies, traces, scenario, log, repeats, store)
     finally:
         kube.close()
@@ -192,11 +192,11 @@ def write_outputs(folder: Path, jobs: pd.DataFrame, slots: pd.DataFrame) -> None
 def testbed_evaluation(backend: str, learned: Mapping[str, Mapping[int, DL2Policy]], heuristics: Sequence[str],
                        traces: Sequence[Trace], scenario: Scenario, log: Callable[[str], None] = print,
                        repeats: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The `evaluate` stage's testbed part: `evaluate_on_kind` where fine-tuning ran on kind (`backend`), else
-    empty tables (no testbed to run on)."""
+    """The `evaluate` stage's testbed part: `evaluate_on_kind` where fine-tuning ran on kind (`backend`), keeping
+    its replays for a rerun to resume from, else empty tables (no testbed to run on)."""
     if backend != "kind":
         return pd.DataFrame(columns=JOB_COLUMNS), pd.DataFrame(columns=SLOT_COLUMNS)
-    return evaluate_on_kind(learned, heuristics, traces, scenario, log=log, repeats=repeats)
+    return evaluate_on_kind(learned, heuristics, traces, scenario, log=log, repeats=repeats, keep=True)
 
 
 def summary(jobs: pd.DataFrame) -> pd.DataFrame:
