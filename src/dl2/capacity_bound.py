@@ -82,6 +82,11 @@ def capacity_bound(trace: Trace, scenario: Scenario, *, label: str | None = None
         seconds += took
         if tail <= TAIL_TOLERANCE or horizon >= scenario.options.max_slots:
             break
+        # the tail is used; if it need not be (the same optimum without it), no longer horizon gives more
+        without, _, _, took = _solve(trace, scenario, configs, floor, horizon, name, tail=False)
+        seconds += took
+        if without is not None and without.mean() <= per_job.mean() + TAIL_TOLERANCE:
+            break
         horizon = min(2 * horizon, scenario.options.max_slots)
     return CapacityBound(avg_jct=float(per_job.mean()), per_job=per_job, solve_seconds=seconds, variables=variables, horizon=horizon)
 
@@ -154,9 +159,10 @@ def _extreme(points: np.ndarray) -> np.ndarray:
 
 
 def _solve(trace: Trace, scenario: Scenario, configs: list[Configs], floor: np.ndarray, horizon: int,
-           name: str) -> tuple[np.ndarray, float, int, float]:
-    """Build and solve the LP with `horizon` single slots; returns per-job JCT bounds, the largest share of
-    a job left to the tail, the number of variables and the solve's wall-clock seconds."""
+           name: str, tail: bool = True) -> tuple[np.ndarray | None, float, int, float]:
+    """Build and solve the LP with `horizon` single slots (and the tail, unless `tail` is False); returns
+    per-job JCT bounds (None if, without the tail, the LP is infeasible), the largest share of a job left to
+    the tail, the number of variables and the solve's wall-clock seconds."""
     n = len(trace)
     epochs = trace.num_epochs.astype(float)
     arrival = trace.arrival.astype(np.int64)
@@ -188,31 +194,33 @@ def _solve(trace: Trace, scenario: Scenario, configs: list[Configs], floor: np.n
         offset += len(cols)
         row += len(slots)
     num_x, num_share_rows = offset, row
-    tail, jct = num_x + np.arange(n), num_x + n + np.arange(n)
+    tails, jct = num_x + np.arange(n), num_x + n + np.arange(n)
     num_vars = num_x + 2 * n
     job_of = np.concatenate([np.full(len(c), j) for j, c in enumerate(work_cols)])
     x_cols = np.concatenate(work_cols)
     # equalities: each job's shares sum to 1
     a_eq = sparse.csr_array((np.concatenate([np.concatenate(work_vals), np.ones(n)]),
-                             (np.concatenate([job_of, np.arange(n)]), np.concatenate([x_cols, tail]))), shape=(n, num_vars))
+                             (np.concatenate([job_of, np.arange(n)]), np.concatenate([x_cols, tails]))), shape=(n, num_vars))
     # inequalities: a slot's shares <= 1; capacity per slot and resource; the mean-time bound per job
     num_cap_rows = 2 * (horizon - first)
     mean_row = num_share_rows + num_cap_rows + np.arange(n)
     rows = np.concatenate([np.concatenate(share_rows), num_share_rows + np.concatenate(cap_rows), mean_row[job_of], mean_row, mean_row])
-    cols = np.concatenate([np.concatenate(share_cols), np.concatenate(cap_cols), x_cols, tail, jct])
+    cols = np.concatenate([np.concatenate(share_cols), np.concatenate(cap_cols), x_cols, tails, jct])
     vals = np.concatenate([np.ones(num_x), np.concatenate(cap_vals), np.concatenate(mean_vals), horizon - arrival.astype(float),
                            -np.ones(n)])
     a_ub = sparse.csr_array((vals, (rows, cols)), shape=(num_share_rows + num_cap_rows + n, num_vars))
     b_ub = np.concatenate([np.ones(num_share_rows), np.tile(capacity, horizon - first), slack - length / 2.0])
     bounds = np.zeros((num_vars, 2))
     bounds[:, 1] = np.inf
-    bounds[tail, 1] = 1.0
+    bounds[tails, 1] = 1.0 if tail else 0.0
     bounds[jct, 0] = floor
     objective = np.zeros(num_vars)
     objective[jct] = 1.0 / n
     start = time.perf_counter()
     res = linprog(objective, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=np.ones(n), bounds=bounds, method="highs", options=HIGHS_OPTIONS)
     took = time.perf_counter() - start
+    if res.status == 2 and not tail:  # infeasible: the jobs need slots past the horizon
+        return None, 1.0, num_vars, took
     if res.status != 0:
         raise Dl2Error(f"capacity bound: HiGHS failed on trace {name} (preset {p.name!r}, horizon {horizon}): {res.message}")
-    return res.x[jct].copy(), float(res.x[tail].max()), num_vars, took
+    return res.x[jct].copy(), float(res.x[tails].max()), num_vars, took
