@@ -133,3 +133,16 @@ def test_bad_input_is_a_clear_error():
     other = Trace(np.array([1]), np.array([0]), np.array([0]), np.array([10.0]), ("resnet-50", "vgg-16"))
     with pytest.raises(Dl2Error, match="trace t9 .*different model catalog"):
         capacity_bound(other, scenario, label="t9")
+
+
+def test_evaluate_reports_each_trace_s_capacity_bound_beside_the_contention_free_one():
+    from dl2.learn.evaluate import evaluate
+
+    scenario = Scenario(tiny_preset(2, 2))
+    traces = [generate_trace(scenario.preset, scenario.catalog, s) for s in (1, 2)]
+    results = evaluate({}, ["drf", "optimus"], traces, scenario)
+    for t, trace in enumerate(traces):
+        rows = results[results.trace == t]
+        assert (rows.capacity_bound == capacity_bound(trace, scenario).avg_jct).all()
+        assert (rows.ratio_to_capacity_bound == rows.avg_jct / rows.capacity_bound).all()
+        assert (rows.lower_bound <= rows.capacity_bound + SLACK).all() and (rows.ratio_to_capacity_bound >= 1 - SLACK).all()

@@ -696,6 +696,20 @@ def test_the_evaluation_summary_spreads_over_seeds():
     assert table.loc["drf", "seed_sd"] == 0.0
 
 
+def test_the_evaluation_summary_gives_the_ratio_to_the_capacity_bound_where_results_have_it():
+    from dl2.learn.evaluate import summary_metrics, summary_table
+
+    rows = [{"policy": "dl2", "seed": s, "trace": t, "avg_jct": j, "lower_bound": 5.0, "capacity_bound": c}
+            for s, (a, b) in enumerate([(6.0, 8.0), (8.0, 10.0)]) for t, (j, c) in enumerate(((a, 5.0), (b, 7.0)))]
+    with_capacity = pd.DataFrame(rows)
+    table = summary_table(with_capacity).set_index("policy")
+    assert table.loc["dl2", "capacity_bound"] == pytest.approx(6.0)
+    assert table.loc["dl2", "ratio_to_capacity_bound"] == pytest.approx(8.0 / 6.0)
+    assert summary_metrics(table.reset_index())["dl2"]["ratio_to_capacity_bound"] == pytest.approx(8.0 / 6.0, abs=1e-6)
+    older = summary_metrics(summary_table(with_capacity.drop(columns="capacity_bound")))  # results published before it
+    assert set(older["dl2"]) == {"avg_jct", "seed_sd", "seeds", "ratio_to_bound"}
+
+
 PROJECT_FINETUNE = load_params()["finetune"]
 
 

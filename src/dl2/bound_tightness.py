@@ -73,9 +73,10 @@ def _place(alloc: Allocation, j: int, ps: int, workers: int) -> bool:
     return False
 
 
-def best_found(trace: Trace, scenario: Scenario, evaluations: int, seed: int) -> dict[str, float]:
+def best_found(trace: Trace, scenario: Scenario, evaluations: int, seed: int, bound_jct: np.ndarray | None = None) -> dict[str, float]:
     """The lowest average JCT of every built-in heuristic and of `evaluations` `PriorityGreedy` schedules
-    (local search seeded `seed`), and which gave it."""
+    (local search seeded `seed`), and which gave it. `bound_jct` (the capacity bound's per-job JCTs) adds a
+    start: jobs by their completion in the LP (arrival + its JCT there)."""
     best = {name: float(simulate(trace, name, scenario).jct.mean()) for name in policy_names()}
     configs = {m: useful_configs(scenario, m) for m in range(scenario.catalog.num_models)}
     fallback = {m: [(int(c.ps[k]), int(c.workers[k])) for k in np.argsort(-c.speed, kind="stable")] for m, c in configs.items()}
@@ -85,6 +86,9 @@ def best_found(trace: Trace, scenario: Scenario, evaluations: int, seed: int) ->
     ids = trace.job_id.tolist()
     alone = dict(zip(ids, lower_bound_jct(trace, scenario).tolist(), strict=True))
     starts = [sorted(ids, key=lambda j: (trace.arrival[ids.index(j)], j)), sorted(ids, key=lambda j: (alone[j], j))]
+    if bound_jct is not None:
+        done = dict(zip(ids, (trace.arrival + bound_jct).tolist(), strict=True))
+        starts.append(sorted(ids, key=lambda j: (done[j], j)))
     starts += [list(rng.permutation(ids)) for _ in range(2)]
 
     def jct(order: list[int], target: dict[int, tuple[int, int]]) -> float:
@@ -99,8 +103,10 @@ def best_found(trace: Trace, scenario: Scenario, evaluations: int, seed: int) ->
             new_order[a], new_order[b] = new_order[b], new_order[a]
         else:
             job = ids[int(rng.integers(len(ids)))]
-            options = fallback[model[job]]
-            new_target[job] = options[int(rng.integers(len(options)))]
+            options = fallback[model[job]]  # by speed: step to a neighbour (half the time), else anywhere
+            now = options.index(target[job])
+            step = int(rng.choice([-1, 1])) if rng.random() < 0.5 else int(rng.integers(len(options))) - now
+            new_target[job] = options[min(max(now + step, 0), len(options) - 1)]
         candidate = jct(new_order, new_target)
         if candidate < value:
             value, order, target = candidate, new_order, new_target
@@ -125,7 +131,7 @@ def tightness(num_traces: int = 10, evaluations: int = 200, seed: int = 0) -> di
         for k, s in enumerate(np.random.SeedSequence(seed).spawn(num_traces)):
             trace = generate_trace(scenario.preset, scenario.catalog, s)
             bound = capacity_bound(trace, scenario, label=f"{name} trace {k}")
-            found = best_found(trace, scenario, evaluations, seed + k)
+            found = best_found(trace, scenario, evaluations, seed + k, bound.per_job)
             rows.append({"trace": k, "jobs": len(trace), "capacity_bound": bound.avg_jct,
                          "lower_bound": float(lower_bound_jct(trace, scenario).mean()), **found,
                          "best_over_capacity_bound": found["best_avg_jct"] / bound.avg_jct,
