@@ -209,7 +209,7 @@ def test_dl2_simulate_and_compare_run_a_pollux_preset(capsys, tmp_path):
     assert cli.main(["simulate", "--preset", "pollux", "--trace", str(workload), "--policy", "tiresias", "--jobs-out", str(jobs)]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["preset"] == "pollux" and summary["avg_jct"] == 3469.69375
-    assert jobs.read_text().startswith("job,application,submit,num_replicas,batch_size,completion,jct,restarts\n")
+    assert jobs.read_text().startswith("job,application,submit,num_replicas,batch_size,completion,jct,restarts,jct_lower_bound\n")
     out = tmp_path / "summary.csv"
     assert cli.main(["compare", str(workload), "--preset", "pollux", "--policies", "optimus", "tiresias", "--quiet",
                      "--out", str(out)]) == 0
