@@ -159,38 +159,27 @@ def cmd_publish(args: argparse.Namespace) -> None:
     print(f"published {', '.join(axes)} into {data_dir / 'published' / 'ablations'} (ablate-{args.group}.json)")
 
 
+SEPARATE_BENCHMARKS = {  # flag: (module, function, default output); each function takes the output path
+    "bound": ("dl2.bench_bound", "bound_benchmark", "bench-bound.json"),
+    "score": ("dl2.bench_score", "score_benchmark", "bench-score.json"),
+    "pipeline": ("dl2.bench_pipeline", "pipeline_benchmark", "bench-pipeline.json"),
+    "clusters": ("dl2.bench_clusters", "clusters_benchmark", "bench-clusters.json"),
+    "pollux": ("dl2.bench_pollux", "pollux_benchmark", "bench-pollux.json"),
+    "ray": ("dl2.bench_ray", "ray_benchmark", "bench-ray.json"),
+}
+
+
 def cmd_bench(args: argparse.Namespace) -> None:
-    if args.ray + args.pollux + args.clusters + args.pipeline + args.bound + args.score > 1:
-        raise Dl2Error("--ray, --pollux, --clusters, --pipeline, --bound and --score are separate benchmarks: run one at a time")
-    if args.bound:
-        from dl2.bench_bound import bound_benchmark
+    import importlib
 
-        print(json.dumps(bound_benchmark(args.out or Path("bench-bound.json")), indent=2))
-        return
-    if args.score:
-        from dl2.bench_score import score_benchmark
-
-        print(json.dumps(score_benchmark(args.out or Path("bench-score.json")), indent=2))
-        return
-    if args.pipeline:
-        from dl2.bench_pipeline import pipeline_benchmark
-
-        print(json.dumps(pipeline_benchmark(args.out or Path("bench-pipeline.json")), indent=2))
-        return
-    if args.clusters:
-        from dl2.bench_clusters import clusters_benchmark
-
-        print(json.dumps(clusters_benchmark(args.out or Path("bench-clusters.json"), tuple(args.counts)), indent=2))
-        return
-    if args.pollux:
-        from dl2.bench_pollux import pollux_benchmark
-
-        print(json.dumps(pollux_benchmark(args.out or Path("bench-pollux.json")), indent=2))
-        return
-    if args.ray:
-        from dl2.bench_ray import ray_benchmark
-
-        print(json.dumps(ray_benchmark(args.out or Path("bench-ray.json")), indent=2))
+    chosen = [flag for flag in SEPARATE_BENCHMARKS if getattr(args, flag)]
+    if len(chosen) > 1:
+        raise Dl2Error(f"{', '.join('--' + f for f in SEPARATE_BENCHMARKS)} are separate benchmarks: run one at a time")
+    if chosen:
+        module, function, default = SEPARATE_BENCHMARKS[chosen[0]]
+        benchmark = getattr(importlib.import_module(module), function)
+        extra = (tuple(args.counts),) if chosen[0] == "clusters" else ()
+        print(json.dumps(benchmark(args.out or Path(default), *extra), indent=2))
         return
     from dl2.bench import run_benchmark
 
