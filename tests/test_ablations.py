@@ -287,3 +287,17 @@ def test_the_html_report_is_one_self_contained_page():
     page = rep.html_report("t <1>", [("s", [rep.paragraph("a & b"), rep.figure_html(fig)])])
     assert page.startswith("<!DOCTYPE html>") and "t &lt;1&gt;" in page and "a &amp; b" in page
     assert "data:image/png;base64," in page and "src=\"http" not in page
+
+
+def test_the_published_report_ranks_every_built_in_of_the_scoreboard():
+    files = rep.report_files(repo_root() / "data", published=True)
+    board = rep.read_scoreboard(files.scoreboard)
+    published = json.loads(files.scoreboard.read_text())["parts"]
+    assert len(board) == sum(len(policies) for policies in published.values())
+    dev = board[board.part == "ps-worker/dev"]
+    assert dev.policy.iloc[0] == "dl2" and dev["rank"].tolist() == list(range(1, len(dev) + 1))
+    assert board[board.part.str.startswith("pollux/")].x_capacity.isna().all()
+    (heading, blocks), = rep._scoreboard_sections(board)
+    html = "".join(blocks)
+    assert "scoreboard" in heading and "NaN" not in html and "ps-worker/dev" in html and "<td>-</td>" in html
+    assert rep._scoreboard_sections(rep.read_scoreboard(None)) == []

@@ -228,6 +228,25 @@ def read_pollux(folder: Path) -> PolluxGrid | None:
     return PolluxGrid(read["cells"], read["loads"], read["reductions"])
 
 
+SCOREBOARD_NOTE = ("Every built-in on the scoring suite (`dl2 score`, docs/scoreboard.md): each PS/worker preset's 10 "
+                   "validation traces (slots) and the Pollux world's 8 workloads at each load (seconds). The ratios are the "
+                   "mean average JCT over each bound's mean: the contention-free bound (each job alone; in the Pollux world "
+                   "at its best placement and batch size) and the capacity-aware one (an LP that respects the cluster in "
+                   "every slot; PS/worker only). '-' where a number does not apply.")
+
+
+def read_scoreboard(path: Path | None) -> pd.DataFrame | None:
+    """The scoreboard's `score.json` as one row per part and policy, by rank (None where there is none)."""
+    board = optional_json(path)
+    if board is None:
+        return None
+    rows = [{"part": part, "rank": entry["rank"], "policy": policy, "avg_jct": entry["avg_jct"],
+             "x_contention_free": entry["ratio_contention_free"], "x_capacity": entry["ratio_capacity"],
+             "provenance": entry["provenance"]}
+            for part, policies in board["parts"].items() for policy, entry in policies.items()]
+    return pd.DataFrame(rows).sort_values(["part", "rank"], kind="stable").reset_index(drop=True)
+
+
 @dataclass(frozen=True)
 class ReportFiles:
     """What the report reads and where it writes."""
@@ -241,6 +260,7 @@ class ReportFiles:
     pollux: Path  # the Pollux world's grid (cells.csv, loads.csv, reductions.csv; absent where none ran)
     profile: Path = TESTBED_DIR  # the testbed's profiled speeds (`dl2 testbed profile`)
     cluster_timing: Path | None = None  # `dl2 bench --clusters`' report, on the clusters axis it projects (published only)
+    scoreboard: Path | None = None  # the built-ins' scoreboard, `score.json` (`dl2 score --builtins`; published only)
 
 
 def report_files(data: Path, published: bool = False) -> ReportFiles:
@@ -251,7 +271,7 @@ def report_files(data: Path, published: bool = False) -> ReportFiles:
         return ReportFiles(folder / "paper" / "results.csv", folder / "paper" / "finetune_history.csv", folder / "ablations",
                            data / "reproduction-published", data / "metrics" / "reproduction-published.json",
                            folder / "testbed" / "evaluate", folder / "pollux",
-                           cluster_timing=folder / "bench" / "clusters.json")
+                           cluster_timing=folder / "bench" / "clusters.json", scoreboard=folder / "scoreboard" / "score.json")
     return ReportFiles(data / "evaluate" / "results.csv", data / "learn" / "finetune_history.csv", data / "ablations",
                        data / "reproduction", data / "metrics" / "reproduction.json", data / "evaluate" / "testbed", data / "pollux")
 
@@ -278,6 +298,7 @@ class Reproduction:
     claims: pd.DataFrame  # every claim beside ours, with its status
     testbed: sim_to_real.SimToReal | None  # the kind testbed's profile and evaluation (None without a profile)
     pollux: PolluxGrid | None  # the Pollux world's grid beside the artifact (None where it has not run)
+    scoreboard: pd.DataFrame | None = None  # `read_scoreboard` (None without one)
 
     @property
     def dl2(self) -> pd.Series:
@@ -307,7 +328,7 @@ def reproduce(files: ReportFiles) -> Reproduction:
                           + cluster_claims(convergence, optional_json(files.cluster_timing)))
     claims["difference"] = claims.ours - claims.paper
     return Reproduction(results, summary, pd.read_csv(files.history), axes, convergence, claims,
-                        sim_to_real.read(files.profile, files.testbed), read_pollux(files.pollux))
+                        sim_to_real.read(files.profile, files.testbed), read_pollux(files.pollux), read_scoreboard(files.scoreboard))
 
 
 def figures(rep: Reproduction) -> dict[str, plt.Figure]:
@@ -344,6 +365,7 @@ def write_report(rep: Reproduction, figs: Mapping[str, plt.Figure], files: Repor
           for axis, frames in rep.axes.items()],
         *_testbed_sections(rep.testbed, figs, dpi),
         *_pollux_sections(rep.pollux, figs, dpi),
+        *_scoreboard_sections(rep.scoreboard),
     ]
     write_text_atomic(files.out / "report.html", html_report("dl2: the DL2 reproduction", sections))
     return metrics
@@ -383,6 +405,13 @@ def _pollux_sections(g: PolluxGrid | None, figs: Mapping[str, plt.Figure], dpi: 
              [paragraph(POLLUX_NOTE), verdicts, _table_html(_shown(g.loads)), figure_html(figs["pollux_loads"], dpi),
               paragraph("Pollux's reduction of the average JCT against each baseline, ours beside the artifact's:"),
               _table_html(_shown(g.reductions)), figure_html(figs["pollux_cells"], dpi)])]
+
+
+def _scoreboard_sections(board: pd.DataFrame | None) -> list[tuple[str, list[str]]]:
+    """The scoreboard's section: every built-in's rank, average JCT and ratio to each bound, per part."""
+    if board is None:
+        return []
+    return [("The scoreboard: every built-in in every world", [paragraph(SCOREBOARD_NOTE), _table_html(board)])]
 
 
 def _shown(frame: pd.DataFrame) -> pd.DataFrame:
