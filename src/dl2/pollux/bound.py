@@ -102,11 +102,8 @@ def _fixed_batch_seconds(t: AppTables, counts_list, batch_size: int, seconds: np
     seconds[:] = np.inf
     for counts in counts_list:
         replicas = counts.sum()
-        local_bsz = np.ceil(batch_size / replicas - kernels.EPS)
-        accum = int(np.ceil(local_bsz / t.max_local_bsz - kernels.EPS)) - 1
-        if replicas == 1 and batch_size > t.init_bsz:
-            accum = max(1, accum)
-        atomic = min(int(np.ceil(local_bsz / (accum + 1) - kernels.EPS)), int(t.max_bsz / (replicas * (accum + 1))))
+        atomic, accum = kernels.split_batch(t, batch_size, replicas)
+        atomic = min(atomic, int(t.max_bsz / (replicas * (accum + 1))))
         if atomic < 1:
             continue
         step, sync = kernels.throughput(t, counts, float(atomic))

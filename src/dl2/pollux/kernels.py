@@ -333,6 +333,17 @@ def best_batch(perf: np.ndarray, grad: np.ndarray, t: AppTables, num_nodes: int,
 
 
 @njit(cache=True)
+def split_batch(t: AppTables, batch_size: int, replicas: int) -> tuple[int, int]:
+    """(atomic batch, accumulation steps) of a total `batch_size` over `replicas` GPUs, before the cap at the
+    largest total batch: the fewest accumulation steps whose per-GPU batch was measured."""
+    local_bsz = np.ceil(batch_size / replicas - EPS)
+    accum = int(np.ceil(local_bsz / t.max_local_bsz - EPS)) - 1
+    if replicas == 1 and batch_size > t.init_bsz:
+        accum = max(1, accum)
+    return int(np.ceil(local_bsz / (accum + 1) - EPS)), accum
+
+
+@njit(cache=True)
 def set_batch(jobs: JobArrays, j: int, t: AppTables) -> None:
     """The job's atomic batch and accumulation steps on its placement: its target batch size split over its
     GPUs, or, for a job that picks its own, the best the fitted model predicts (before any fit: the
@@ -345,11 +356,7 @@ def set_batch(jobs: JobArrays, j: int, t: AppTables) -> None:
     if batch_size == 0:
         _, atomic, accum = best_batch(jobs.perf[j], jobs.grad[j], t, n, replicas)
     else:
-        local_bsz = np.ceil(batch_size / replicas - EPS)
-        accum = int(np.ceil(local_bsz / t.max_local_bsz - EPS)) - 1
-        if replicas == 1 and batch_size > t.init_bsz:
-            accum = max(1, accum)
-        atomic = int(np.ceil(local_bsz / (accum + 1) - EPS))
+        atomic, accum = split_batch(t, batch_size, replicas)
     count = replicas * (accum + 1)
     jobs.atomic_bsz[j] = min(atomic, int(t.max_bsz / count))
     jobs.accum_steps[j] = accum
