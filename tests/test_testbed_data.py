@@ -77,9 +77,13 @@ def test_the_committed_profile_is_the_testbed_preset_s_speed_table():
     assert list(catalog.epoch_size) == [STANDINS[m].steps_per_epoch for m in catalog.names], "epochs: the stand-ins'"
     np.testing.assert_array_equal(catalog.worker_demand, load_catalog(facts["demands"]).worker_demand)
     measured = pd.read_csv(TESTBED_DIR / "profile.csv")
-    assert (profile.spread(measured).repeats >= 3).all(), "every configuration measured at least three times"
+    assert (profile.spread(measured).repeats >= 2).all(), "every configuration measured at least twice"
     assert read_measurements(SPEED_FILES["testbed"]).keys() == set(catalog.names)
     sc = Scenario(get_preset("testbed"))
+    for model, how in facts["profiled"].items():  # measured on the preset's cluster, its pods held to their CPU share
+        assert len(how["kind_workers"]) == sc.preset.num_nodes and how["cpu_millis_per_slot"] > 0, model
+    startup = profile.startup(measured)  # a configuration's start-up per job type: what restart_seconds models
+    assert min(startup.values()) <= sc.preset.restart_seconds <= max(startup.values())
     speed = MeasuredSpeedModel(catalog, "testbed", sc.preset.slot_seconds)
     for model, group in measured.groupby("model"):
         m = catalog.index(model)

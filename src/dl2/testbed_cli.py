@@ -163,6 +163,37 @@ def cmd_testbed_profile(args: argparse.Namespace) -> None:
                       "startup_seconds": startup(table)}, indent=2))
 
 
+def cmd_testbed_check(args: argparse.Namespace) -> None:
+    from dl2.config import load_params, section
+    from dl2.errors import Dl2Error
+    from dl2.learn import workflow
+    from dl2.learn.agent import DL2Policy
+    from dl2.learn.settings import learn_settings
+    from dl2.schedulers.builtin import BUILTIN_POLICIES
+    from dl2.schedulers.names import check_policy
+    from dl2.sim_to_real.check import run_check
+    from dl2.workload.presets import presets_from
+
+    params = load_params(args.params)
+    where = str(args.params or "params.yaml")
+    settings = learn_settings({**section(params, "learn", where), "preset": args.preset}, presets_from(params, where), where)
+    heuristics = [check_policy(name, BUILTIN_POLICIES, key="--policies") for name in args.policies]
+    learned = {}
+    for text in args.model:
+        label, _, path = text.partition("=")
+        if not label or not path:
+            raise Dl2Error(f"--model: expected LABEL=PATH.pt, got {text!r}")
+        learned[label] = DL2Policy.load(path)
+    if args.traces < 1 or args.repeats < 1:
+        raise Dl2Error(f"--traces and --repeats: at least 1 each, got {args.traces} and {args.repeats}")
+    measured = workflow.scenario(settings)
+    _, validation = workflow.split_traces(settings, measured)
+    if args.traces > len(validation):
+        raise Dl2Error(f"--traces: learn.validation_traces draws {len(validation)} validation traces, not {args.traces}")
+    result = run_check(validation[: args.traces], measured, heuristics, learned, args.repeats, args.out, args.folder, log=_log)
+    print(json.dumps({k: v for k, v in result.items() if k != "table"}, indent=2))
+
+
 def _configuration(text: str) -> tuple[int, int]:
     """`P,W` on the command line: P PS and W workers."""
     from dl2.errors import Dl2Error
@@ -310,6 +341,19 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     ind.add_argument("--seconds", type=float, default=8.0, help="seconds of training measured per configuration (default 8)")
     ind.add_argument("--out", type=Path, default=Path("independence.json"), help="the JSON (default: independence.json)")
     ind.set_defaults(func=cmd_testbed_independence)
+    check = tb.add_parser("check", parents=[folder],
+                          help="replay validation traces on the kind testbed and in the calibrated simulator; is the simulator "
+                               "within 15%% of kind per policy, and do the policies rank the same?")
+    check.add_argument("--preset", default="testbed", help="the testbed's preset (default: testbed)")
+    check.add_argument("--params", type=Path, default=None)
+    check.add_argument("--policies", nargs="+", default=["fifo", "drf", "optimus"], help="heuristics (default: fifo drf optimus)")
+    check.add_argument("--model", action="append", default=[], metavar="LABEL=PATH",
+                       help="a DL2 policy (.pt) replayed greedily under LABEL; repeat for more")
+    check.add_argument("--traces", type=int, default=3, help="the first validation traces `evaluate` draws (default 3)")
+    check.add_argument("--repeats", type=int, default=3, help="replays of each (policy, trace) on kind (default 3)")
+    check.add_argument("--out", type=Path, default=Path("data/testbed-check"),
+                       help="where the tables, check.json and the figure go (default: data/testbed-check)")
+    check.set_defaults(func=cmd_testbed_check)
     connect = argparse.ArgumentParser(add_help=False)
     connect.add_argument("--kubeconfig", type=Path, default=None, help="default: the local testbed's (--kind: the kind testbed's)")
     connect.add_argument("--in-cluster", action="store_true", help="use the pod's service account")

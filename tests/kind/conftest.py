@@ -21,6 +21,7 @@ from dl2.kube.client import Kube
 from dl2.kube.resources import ensure_namespace
 from dl2.testbed import build, kind
 from dl2.testbed.kind.cluster import STATE_FILE
+from dl2.workload.presets import load_presets
 
 _names = itertools.count()
 
@@ -56,7 +57,9 @@ def cluster():
     if (folder / STATE_FILE).is_file():  # a run that was killed left it up
         kind.down(folder)
     started = time.perf_counter()
-    up = kind.up(folder, workers=3, log=lambda m: print(f"kind: {m}", file=sys.stderr, flush=True))
+    # the `testbed` preset's cluster: its workers' CPU slots (pods share the host: isolation has its own test)
+    up = kind.up(folder, workers=3, cpu_slots=load_presets()["testbed"].node_cpu,
+                 log=lambda m: print(f"kind: {m}", file=sys.stderr, flush=True))
     print(f"kind: up in {time.perf_counter() - started:.1f} s: {up.timings}", file=sys.stderr)
     yield up
     if (folder / STATE_FILE).is_file():

@@ -16,6 +16,7 @@ from dl2.paths import repo_root
 from dl2.testbed import kind
 from dl2.testbed.kind import daemon, firewall
 from dl2.testbed.kind.cluster import STATE_FILE, _tag, in_pod_network
+from dl2.workload.presets import load_presets
 
 from .conftest import pod_log, wait_for
 
@@ -48,7 +49,7 @@ def test_nodes_are_ready_labelled_and_advertise_their_slots(cluster, kube):
     for k, worker in enumerate(cluster.workers):
         labels = nodes[worker]["metadata"]["labels"]
         assert labels[POOL_LABEL] == kind.POOL and labels[NODE_INDEX_LABEL] == str(k)
-        assert slots(nodes[worker]) == kind.SLOTS_PER_NODE
+        assert slots(nodes[worker]) == cluster.slots_per_node == (load_presets()["testbed"].node_cpu, kind.SLOTS_PER_NODE[1])
     assert POOL_LABEL not in nodes[cluster.control_plane]["metadata"]["labels"]
     assert kube.get(CustomResourceDefinition, "dl2jobs.dl2.io")["spec"]["names"]["kind"] == "DL2Job"
     assert len({n["spec"]["podCIDR"] for n in nodes.values()}) == len(nodes)

@@ -75,7 +75,7 @@ def test_a_profile_of_one_job_type_updates_the_table_the_simulator_loads(cluster
 
 def _params(tmp_path) -> dict:
     params = yaml.safe_load((repo_root() / "params.yaml").read_text())
-    params["presets"]["testbed"]["slot_seconds"] = 12
+    params["presets"]["testbed"].update(slot_seconds=12, num_jobs=4)  # few jobs: a few pods to start per slot
     params["learn"].update(preset="testbed", train_traces=2, validation_traces=1, window=10)
     params["finetune"].update(runs=["sl-rl"], seeds=[0], backend="kind", workers=1, algorithm="ppo", updates=2, num_envs=1,
                               rollout_length=4, batch_size=4, ppo_epochs=1, validate_every=1, checkpoint_every=1,

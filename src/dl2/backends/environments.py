@@ -24,6 +24,7 @@ from dl2.learn.env import BackendEnv
 from dl2.learn.settings import check_backend
 from dl2.learn.workflow import EnvFactory, simulator_environments
 from dl2.sim.scenario import Scenario
+from dl2.workload.presets import Preset
 from dl2.workload.traces import Trace
 
 
@@ -67,6 +68,16 @@ class KubeEnvironments:
         return KubeEnvFactory(self.kubeconfig, prefix=f"dl2-{run}")
 
 
+def require_cluster_preset(preset: Preset, pods: PodCluster, key: str = "learn.preset") -> None:
+    """A Dl2Error naming `key` unless `preset` is the pod cluster's: as many nodes as it has workers, each with
+    its CPU and GPU slots."""
+    if preset.num_nodes != pods.workers or (preset.node_cpu, preset.node_gpu) != pods.slots_per_node:
+        raise Dl2Error(f"{key}: {preset.name!r} has {preset.num_nodes} nodes of {preset.node_cpu} CPU and {preset.node_gpu} "
+                       f"GPU slots; the kind testbed has {pods.workers} workers of {pods.slots_per_node[0]} and "
+                       f"{pods.slots_per_node[1]}: use the testbed preset (or a preset of that cluster), or bring the testbed "
+                       f"up to match (`dl2 testbed up --kind --cpu-slots {preset.node_cpu}`)")
+
+
 class KindEnvFactory:
     """`make_env` for `Trainer` on a cluster whose pods train (the kind testbed, `pods`): one environment in
     namespace `namespace`, whose DL2Jobs' PS and worker pods train on the cluster's workers for the preset's
@@ -81,10 +92,7 @@ class KindEnvFactory:
                            "whole: set finetune.num_envs: 1")
         self.made += 1
         p, pods = scenario.preset, self.pods
-        if p.num_nodes != pods.workers or (p.node_cpu, p.node_gpu) != pods.slots_per_node:
-            raise Dl2Error(f"learn.preset: {p.name!r} has {p.num_nodes} nodes of {p.node_cpu} CPU and {p.node_gpu} GPU slots; "
-                           f"the kind testbed has {pods.workers} workers of {pods.slots_per_node[0]} and "
-                           f"{pods.slots_per_node[1]}: use learn.preset: testbed (or a preset of that cluster)")
+        require_cluster_preset(p, pods)
         workload = Trained(self.namespace, scenario.catalog.names, pods.runtime, p.slot_seconds, scenario.options.fine_grained_jct)
         kube = Kube.from_kubeconfig(pods.kubeconfig)
         try:

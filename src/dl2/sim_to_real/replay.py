@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from dl2.backends import load_scheduler
+from dl2.backends.environments import require_cluster_preset
 from dl2.backends.kube import KubeCluster
 from dl2.backends.loop import run
 from dl2.backends.sim import simulate
@@ -161,6 +162,7 @@ def evaluate_on_kind(learned: Mapping[str, Mapping[int, DL2Policy]], heuristics:
     from dl2.testbed import kind
 
     pods = kind.pod_cluster(folder)
+    require_cluster_preset(scenario.preset, pods, key="preset")
     workload = Trained(namespace, scenario.catalog.names, pods.runtime, scenario.preset.slot_seconds,
                        scenario.options.fine_grained_jct)
     kube = Kube.from_kubeconfig(pods.kubeconfig)
