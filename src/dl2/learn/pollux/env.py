@@ -13,9 +13,10 @@ steps pay 0. An episode's rewards sum to the number of jobs.
 from __future__ import annotations
 
 import time
+from functools import lru_cache
 
 import numpy as np
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from dl2.errors import Dl2Error
 from dl2.learn.pollux.decisions import VARIANTS, IntervalDecisions, Variant, check_settings, epochs_fraction
@@ -25,6 +26,12 @@ from dl2.pollux.workload import Workload
 from dl2.workload.presets import PolluxPreset
 
 __all__ = ["VARIANTS", "PolluxDecisionEnv"]
+
+
+@lru_cache(maxsize=1)
+def _blas() -> ThreadpoolController:
+    """The process's thread pools, found once (finding them costs milliseconds, limiting them microseconds)."""
+    return ThreadpoolController()
 
 
 class PolluxDecisionEnv:
@@ -57,7 +64,7 @@ class PolluxDecisionEnv:
         self.cluster = Cluster(self.workload, self.variant, self.preset)
         self.policy_seconds, self.truncated, self.done = 0.0, False, False
         self.done = not self._next_decision()
-        self._progress = float(epochs_fraction(self.cluster.jobs).sum())
+        self._progress = self._total_progress()
         return self._observe()
 
     def step(self, action: int) -> tuple[np.ndarray, np.ndarray, float, bool]:
@@ -70,7 +77,7 @@ class PolluxDecisionEnv:
         self.policy_seconds += time.perf_counter() - self._asked_at
         before = self._progress
         self.done = not self._next_decision()
-        self._progress = float(epochs_fraction(self.cluster.jobs).sum())
+        self._progress = self._total_progress()
         state, mask = self._observe()
         return state, mask, self._progress - before, self.done
 
@@ -82,6 +89,11 @@ class PolluxDecisionEnv:
         if self.truncated:
             raise Dl2Error(f"{self.variant.name}: the workload did not finish within {self.max_seconds} s")
         return self.cluster.run(self.policy_seconds)
+
+    def _total_progress(self) -> float:
+        """Every job's epochs done over its epochs, summed (what the open interval computed, if one is open)."""
+        progress = epochs_fraction(self.cluster.jobs) if self.done else self.decisions.progress
+        return float(progress.sum())
 
     def _observe(self) -> tuple[np.ndarray, np.ndarray]:
         if self.done:
@@ -107,7 +119,7 @@ class PolluxDecisionEnv:
 
     def _train(self) -> None:
         if self.variant.fits_models:  # refits: single-threaded BLAS, as `simulate` runs them
-            with threadpool_limits(limits=1, user_api="blas"):
+            with _blas().limit(limits=1, user_api="blas"):
                 self.cluster.train()
         else:
             self.cluster.train()
