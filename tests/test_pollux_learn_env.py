@@ -233,3 +233,12 @@ def test_bad_settings_raise_naming_the_key(variant, window, key):
 def test_an_unknown_teacher_raises_naming_the_key():
     with pytest.raises(Dl2Error, match="^teacher: "):
         teacher_decisions([_workload(3)], PRESET, "pollux", "tuned", 3)
+
+
+def test_the_speed_benchmark_counts_decisions_intervals_and_the_worlds_share():
+    from dl2.bench_pollux_env import measure
+
+    row = measure("tuned", "fill", steps=640, num_envs=2)
+    assert row["decisions"] == 640 and row["decisions_per_second"] > 0
+    assert 1 <= row["decisions_per_interval"] <= 65, "at most a GPU each of 64, then void"
+    assert 0 < row["world_share"] < 1

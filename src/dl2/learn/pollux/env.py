@@ -50,6 +50,7 @@ class PolluxDecisionEnv:
         self._done_mask = np.zeros(self.num_actions, dtype=np.bool_)
         self._done_mask[self.window] = True
         self.cluster: Cluster | None = None
+        self.world_seconds = 0.0  # wall time in the world's own steps since made (training, views, placements applied)
 
     @property
     def view(self) -> ClusterView:
@@ -73,8 +74,11 @@ class PolluxDecisionEnv:
             raise Dl2Error("step: the episode is over; call reset()")
         if self.decisions.step(int(action)):
             return self.decisions.state, self.decisions.mask, 0.0, False
-        self.cluster.apply(self.decisions.view, self.decisions.allocations())
-        self.policy_seconds += time.perf_counter() - self._asked_at
+        allocations = self.decisions.allocations()
+        start = time.perf_counter()
+        self.policy_seconds += start - self._asked_at
+        self.cluster.apply(self.decisions.view, allocations)
+        self.world_seconds += time.perf_counter() - start
         before = self._progress
         self.done = not self._next_decision()
         self._progress = self._total_progress()
@@ -107,8 +111,10 @@ class PolluxDecisionEnv:
             if cluster.time >= self.max_seconds:
                 self.truncated = True
                 return False
+            start = time.perf_counter()
             self._train()
             view = cluster.view()
+            self.world_seconds += time.perf_counter() - start
             if len(view.active):
                 self.decisions = IntervalDecisions(view, self.caps, self.window)
                 if self.decisions.open:
