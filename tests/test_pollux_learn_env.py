@@ -242,3 +242,11 @@ def test_the_speed_benchmark_counts_decisions_intervals_and_the_worlds_share():
     assert row["decisions"] == 640 and row["decisions_per_second"] > 0
     assert 1 <= row["decisions_per_interval"] <= 65, "at most a GPU each of 64, then void"
     assert 0 < row["world_share"] < 1
+
+
+def test_a_returned_state_is_the_callers_own():
+    env = PolluxDecisionEnv(_workload(5), PRESET, "tuned", 5)
+    state, mask = env.reset()
+    kept_state, kept_mask = state.copy(), mask.copy()
+    env.step(int(np.flatnonzero(mask[:5])[0]))
+    assert np.array_equal(state, kept_state) and np.array_equal(mask, kept_mask)

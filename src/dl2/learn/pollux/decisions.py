@@ -74,11 +74,11 @@ class Variant:
 
 @lru_cache(maxsize=1)
 def _progress_at() -> tuple[np.ndarray, np.ndarray]:
-    """(applications, most epochs + 1) the progress that completes each number of epochs (padded with the
-    last), and each application's epochs."""
+    """(applications, most epochs + 1) the progress that completes each number of epochs (the last repeated
+    past an application's own), and each application's epochs."""
     tables = [a.tables for a in load_applications()]
     epochs = np.array([t.max_epochs for t in tables], dtype=np.int64)
-    table = np.empty((len(tables), epochs.max() + 2))
+    table = np.empty((len(tables), epochs.max() + 1))
     for k, t in enumerate(tables):
         table[k, : t.max_epochs + 1] = t.progress_at
         table[k, t.max_epochs + 1:] = t.progress_at[-1]

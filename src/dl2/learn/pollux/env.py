@@ -73,7 +73,7 @@ class PolluxDecisionEnv:
         if self.done:
             raise Dl2Error("step: the episode is over; call reset()")
         if self.decisions.step(int(action)):
-            return self.decisions.state, self.decisions.mask, 0.0, False
+            return self.decisions.state.copy(), self.decisions.mask.copy(), 0.0, False
         allocations = self.decisions.allocations()
         start = time.perf_counter()
         self.policy_seconds += start - self._asked_at
@@ -100,9 +100,10 @@ class PolluxDecisionEnv:
         return float(progress.sum())
 
     def _observe(self) -> tuple[np.ndarray, np.ndarray]:
+        """Copies: the interval's own arrays change with its next decision."""
         if self.done:
-            return self._done_state, self._done_mask
-        return self.decisions.state, self.decisions.mask
+            return self._done_state.copy(), self._done_mask.copy()
+        return self.decisions.state.copy(), self.decisions.mask.copy()
 
     def _next_decision(self) -> bool:
         """Run intervals until one asks for a decision (True) or the episode ends (False)."""
