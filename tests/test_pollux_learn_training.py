@@ -3,13 +3,26 @@ teacher's decisions, PPO fine-tuning on the vectorised environment, checkpoints.
 
 from __future__ import annotations
 
+import numpy as np
+import pandas as pd
 import pytest
 import torch
 from torch import nn
 
+from dl2.errors import Dl2Error
 from dl2.learn.architecture import NET_PRESETS, NetConfig, net_config
 from dl2.learn.features import feature_size
 from dl2.learn.nets import policy_net, value_net
+from dl2.learn.pollux.checkpoint import load_checkpoint, save_checkpoint
+from dl2.learn.pollux.demonstrations import teacher_decisions
+from dl2.learn.pollux.features import NUM_JOB_FEATURES, encoded_size
+from dl2.learn.pollux.finetune import finetune
+from dl2.learn.pollux.model import PolluxNets, pollux_net_config
+from dl2.learn.pollux.pretrain import pretrain
+from dl2.learn.pollux.settings import PolluxTrainSettings
+from dl2.pollux.philly import generate_workload
+from dl2.workload.presets import PolluxPreset
+from dl2.worlds import WORLDS
 
 
 class _Reference(nn.Module):
@@ -70,3 +83,86 @@ def test_a_world_with_one_role_gets_window_plus_one_actions(preset):
     x[:, 0] = 1.0  # the first window job is of kind 0; the others are empty
     assert policy_net(config)(x).shape == (2, 6)
     assert value_net(config)(x).shape == (2, 1)
+
+
+# --- training in the Pollux world -------------------------------------------------------------------------
+
+PRESET = PolluxPreset("pollux", 16, 4, 60, 30)
+TINY = PolluxTrainSettings(window=4, hidden=(32, 32), train_seeds=(101,), sl_epochs=8, sl_batch_size=128,
+                           ppo_updates=2, num_envs=2, rollout_length=32, ppo_epochs=2, ppo_batch_size=32)
+
+
+@pytest.fixture(scope="module")
+def tiny_workload():
+    return generate_workload(160, 101).first(6)
+
+
+@pytest.fixture(scope="module")
+def demonstrations(tiny_workload):
+    return teacher_decisions([tiny_workload], PRESET, TINY.teacher, TINY.variant, TINY.window)
+
+
+def test_the_pollux_network_has_the_worlds_shape():
+    config = pollux_net_config(TINY)
+    shape = WORLDS["pollux"].learning
+    assert config.num_actions == shape.num_actions(TINY.window) == TINY.window + 1
+    assert config.kinds == len(shape.job_types)
+    assert config.num_inputs == encoded_size(TINY.window)
+    assert len(shape.job_features) == NUM_JOB_FEATURES
+
+
+def test_sl_pretraining_lowers_the_loss_and_imitates_the_teacher(demonstrations):
+    states, masks, actions = demonstrations
+    torch.manual_seed(0)
+    nets = PolluxNets(pollux_net_config(TINY))
+    history = pretrain(nets, states, masks, actions, TINY, torch.Generator().manual_seed(0))
+    assert len(history) == TINY.sl_epochs + 1
+    assert history["loss"].iloc[-1] < 0.5 * history["loss"].iloc[0]
+    assert history["agreement"].iloc[-1] > 0.8  # the greedy policy takes the teacher's action on most decisions
+    greedy = nets.greedy()
+    same = np.mean([greedy(s, m) == a for s, m, a in zip(states, masks, actions)])
+    assert same == pytest.approx(history["agreement"].iloc[-1])  # the evaluation's decide is the trained policy
+
+
+def _finetuned(workload, seed: int) -> tuple[PolluxNets, pd.DataFrame]:
+    torch.manual_seed(seed)
+    nets = PolluxNets(pollux_net_config(TINY))
+    history = finetune(nets, [workload], PRESET, TINY, np.random.default_rng(seed))
+    return nets, history
+
+
+def test_ppo_updates_run_and_are_deterministic_for_a_seed(tiny_workload):
+    torch.manual_seed(5)
+    before = PolluxNets(pollux_net_config(TINY)).state_dicts()
+    nets, history = _finetuned(tiny_workload, 5)
+    again, history_again = _finetuned(tiny_workload, 5)
+    assert len(history) == TINY.ppo_updates
+    assert np.isfinite(history[["policy_loss", "value_loss", "entropy"]].to_numpy()).all()
+    pd.testing.assert_frame_equal(history, history_again)
+    for net in ("policy", "value"):
+        after, after_again = nets.state_dicts()[net], again.state_dicts()[net]
+        assert all(torch.equal(after[k], after_again[k]) for k in after)
+        assert any(not torch.equal(after[k], before[net][k]) for k in after)  # the updates changed the weights
+
+
+def test_a_checkpoint_round_trips(tmp_path, tiny_workload):
+    torch.manual_seed(3)
+    nets = PolluxNets(pollux_net_config(TINY))
+    path = save_checkpoint(tmp_path / "run" / "pretrained.pt", nets, TINY, "pretrained", 3)
+    loaded, settings, stage, seed = load_checkpoint(path)
+    assert (settings, stage, seed) == (TINY, "pretrained", 3)
+    for net in ("policy", "value"):
+        assert all(torch.equal(loaded.state_dicts()[net][k], v) for k, v in nets.state_dicts()[net].items())
+    assert list(tmp_path.joinpath("run").iterdir()) == [path]  # no temporary file left beside it
+
+
+def test_a_file_that_is_no_checkpoint_is_refused(tmp_path):
+    path = tmp_path / "bad.pt"
+    torch.save({"stage": "pretrained"}, path)
+    with pytest.raises(Dl2Error, match="not a Pollux-world DL2 checkpoint"):
+        load_checkpoint(path)
+
+
+def test_training_seeds_exclude_the_artifacts_workloads():
+    with pytest.raises(Dl2Error, match="train_seeds"):
+        PolluxTrainSettings(train_seeds=(3, 101))
