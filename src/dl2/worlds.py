@@ -18,6 +18,7 @@ import pandas as pd
 
 from dl2 import compare as ps_worker
 from dl2.errors import Dl2Error
+from dl2.learn.pollux.features import JOB_FEATURES as POLLUX_JOB_FEATURES
 from dl2.pollux import compare as pollux
 from dl2.pollux.apps import APP_NAMES
 from dl2.pollux.policies import POLICIES as POLLUX_POLICIES
@@ -88,8 +89,7 @@ WORLDS = {
     POLLUX: World(
         POLLUX, PolluxPreset, WORKLOAD_COLUMNS, POLLUX_POLICIES,
         LearningShape(job_types=APP_NAMES, roles=("gpu",),
-                      job_features=("application", "seconds since submission", "epochs done", "attained GPU-seconds",
-                                    "GPUs", "nodes", "restarts")),
+                      job_features=POLLUX_JOB_FEATURES),
         read_workload, _pollux, pollux.aggregate),
 }
 

@@ -87,7 +87,11 @@ def placement_counts(nodes: list[int]) -> list[int]:
     return counts
 
 
-class _Cluster:
+class Cluster:
+    """One workload's jobs on the cluster, an interval at a time: `train` the interval, then `view` what a
+    policy sees and `apply` its allocations (the loop of `simulate`; a learning environment drives it a
+    decision at a time). `run` gathers the result."""
+
     def __init__(self, workload: Workload, policy: PolluxPolicy, preset: PolluxPreset):
         self.workload, self.policy, self.preset = workload, policy, preset
         self.apps = load_applications()
@@ -98,6 +102,8 @@ class _Cluster:
         self.left = np.zeros(len(workload), dtype=np.int64)
         self.clock = np.zeros(len(workload), dtype=np.int64)
         self.model_seconds = 0.0
+        self.gpus_used: list[int] = []  # after each interval
+        self.running: list[int] = []
 
     def train(self) -> None:
         """Every job trains for one interval; jobs that met a new configuration refit their model and go on."""
@@ -123,21 +129,39 @@ class _Cluster:
         self.model_seconds += time.perf_counter() - start
 
     def schedule(self) -> None:
-        """The policy's allocations for the active jobs; every job whose GPUs changed restarts."""
+        """The policy's allocations for the active jobs (none asked when no job is active)."""
+        view = self.view()
+        self.apply(view, self.policy.allocate(view) if len(view.active) else {})
+
+    def view(self) -> ClusterView:
+        """What a policy sees now: the submitted, uncompleted jobs and what they hold."""
         jobs = self.jobs
         active = np.flatnonzero((jobs.submit <= self.time) & (jobs.completion < 0))
-        if not len(active):
-            self.allocations = {}
-            return
         held = {j: self.allocations[j] for j in active.tolist() if j in self.allocations}
         p = self.preset
-        view = ClusterView(self.time, active, held, jobs, self.workload, self.apps, p.num_nodes, p.gpus_per_node, p.restart_seconds)
-        allocations = self.policy.allocate(view)
-        self._check(allocations, set(active.tolist()))
+        return ClusterView(self.time, active, held, jobs, self.workload, self.apps, p.num_nodes, p.gpus_per_node, p.restart_seconds)
+
+    def apply(self, view: ClusterView, allocations: Allocations) -> None:
+        """Allocations for `view`'s active jobs from now on: every job whose GPUs changed restarts."""
+        self._check(allocations, set(view.active.tolist()))
+        held = view.allocations
         for j in set(allocations) | set(held):
             if allocations.get(j) != held.get(j):
                 self._reallocate(j, allocations.get(j, []))
         self.allocations = allocations
+        self.gpus_used.append(sum(len(v) for v in allocations.values()))
+        self.running.append(sum(1 for v in allocations.values() if v))
+
+    @property
+    def finished(self) -> bool:
+        return bool((self.jobs.completion >= 0).all())
+
+    def run(self, policy_seconds: float) -> PolluxRun:
+        """The result so far, under the policy's name."""
+        p, jobs = self.preset, self.jobs
+        return PolluxRun(self.policy.name, self.workload, jobs.completion.copy(), np.maximum(jobs.restarts, 0),
+                         np.asarray(self.gpus_used), np.asarray(self.running), p.interval_seconds,
+                         p.num_nodes * p.gpus_per_node, policy_seconds, self.model_seconds)
 
     def _reallocate(self, j: int, nodes: list[int]) -> None:
         jobs = self.jobs
@@ -176,11 +200,10 @@ def simulate(workload: Workload, policy: PolluxPolicy, preset: PolluxPreset, pro
 
 
 def _simulate(workload: Workload, policy: PolluxPolicy, preset: PolluxPreset, progress: bool, max_seconds: int) -> PolluxRun:
-    cluster = _Cluster(workload, policy, preset)
-    gpus_used, running = [], []
+    cluster = Cluster(workload, policy, preset)
     policy_seconds = 0.0
     with tqdm(total=len(workload), desc=f"{policy.name}", unit="job", disable=not progress, leave=False) as bar:
-        while (cluster.jobs.completion < 0).any():
+        while not cluster.finished:
             if cluster.time >= max_seconds:
                 raise Dl2Error(f"{policy.name}: the workload did not finish within {max_seconds} s")
             done = int((cluster.jobs.completion >= 0).sum())
@@ -188,10 +211,5 @@ def _simulate(workload: Workload, policy: PolluxPolicy, preset: PolluxPreset, pr
             start = time.perf_counter()
             cluster.schedule()
             policy_seconds += time.perf_counter() - start
-            gpus_used.append(sum(len(v) for v in cluster.allocations.values()))
-            running.append(sum(1 for v in cluster.allocations.values() if v))
             bar.update(int((cluster.jobs.completion >= 0).sum()) - done)
-    jobs = cluster.jobs
-    return PolluxRun(policy.name, workload, jobs.completion.copy(), np.maximum(jobs.restarts, 0), np.asarray(gpus_used),
-                     np.asarray(running), preset.interval_seconds, preset.num_nodes * preset.gpus_per_node,
-                     policy_seconds, cluster.model_seconds)
+    return cluster.run(policy_seconds)

@@ -11,7 +11,7 @@ from functools import lru_cache
 import numpy as np
 
 from dl2.pollux import kernels
-from dl2.pollux.apps import APP_NAMES, load_applications
+from dl2.pollux.apps import APP_NAMES, Application, load_applications
 from dl2.pollux.cluster import Allocations, ClusterView
 from dl2.pollux.policies.placement import free_gpus, place_on_most_free
 from dl2.pollux.workload import Workload
@@ -35,6 +35,12 @@ def _step_time(app: int, target_bsz: int, replicas: int, gpus_per_node: int) -> 
     return step + (step - sync) * accum
 
 
+def gpu_limit(app: Application, batch_size: int) -> int:
+    """The most GPUs a job of `app` at total `batch_size` uses: one per smallest measured per-GPU batch
+    (ncf, as in the artifact: one)."""
+    return 1 if app.index == _NCF else batch_size // app.min_local_bsz
+
+
 class Optimus:
     """Optimus+Oracle: greedy marginal GPU gain with the true step times."""
 
@@ -53,7 +59,7 @@ class Optimus:
             done_at = t.max_epochs - 1
             epoch = int(jobs.epoch[j])
             remaining[j] = 1 if done_at <= epoch else kernels.iterations(t, bsz, done_at) - kernels.iterations(t, bsz, epoch)
-            limit[j] = 1 if jobs.app[j] == _NCF else bsz // apps[jobs.app[j]].min_local_bsz
+            limit[j] = gpu_limit(apps[jobs.app[j]], bsz)
 
         def gain(j: int, replicas: int, free: int) -> float:
             if replicas + 1 > limit[j] or free < 1:

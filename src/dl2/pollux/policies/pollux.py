@@ -25,6 +25,11 @@ _NCF = APP_NAMES.index("ncf")
 NCF_BATCH = 32768
 
 
+def chosen_batch_sizes(workload: Workload) -> np.ndarray:
+    """Total batch sizes for `simulate` when jobs choose their own: 0 (the job picks) for all but ncf."""
+    return np.where(workload.app == _NCF, NCF_BATCH, 0).astype(np.int64)
+
+
 class Pollux:
     """Pollux: co-adaptive goodput-optimised scheduling, seeded."""
 
@@ -37,7 +42,7 @@ class Pollux:
         self.order: list[int] = []  # the jobs (rows of `front`) in that search's order
 
     def batch_sizes(self, workload: Workload) -> np.ndarray:
-        return np.where(workload.app == _NCF, NCF_BATCH, 0).astype(np.int64)
+        return chosen_batch_sizes(workload)
 
     def _max_replicas(self, view: ClusterView, j: int) -> int:
         jobs, app = view.jobs, view.apps[view.jobs.app[j]]

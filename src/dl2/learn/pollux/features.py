@@ -1,0 +1,37 @@
+"""What a DL2 agent sees of each job of its window in the Pollux world: raw columns (the world's learning
+shape, `dl2.worlds.WORLDS["pollux"].learning.job_features`, takes them from here) and their encoding as
+network inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dl2.pollux.apps import APP_NAMES
+
+JOB_FEATURES = ("application", "seconds since submission", "progress", "GPUs given", "GPUs held", "restarts",
+                "attained GPU-seconds")
+NUM_JOB_FEATURES = len(JOB_FEATURES)
+APP, AGE, PROGRESS, GIVEN, HELD, RESTARTS, ATTAINED = range(NUM_JOB_FEATURES)
+# raw column -> scale of its encoding (application is one-hot; progress is already a fraction)
+_GPU_SCALE = 8.0  # GPUs: two nodes' worth is 1
+_RESTART_SCALE = 10.0
+_HOUR = 3600.0
+
+
+def encoded_size(window: int) -> int:
+    """Network inputs of a window of `window` jobs."""
+    return window * (len(APP_NAMES) + NUM_JOB_FEATURES - 1)
+
+
+def encode(states: np.ndarray) -> np.ndarray:
+    """(..., window, NUM_JOB_FEATURES) raw states -> (..., window * per-job inputs) float32: the application
+    one-hot (all zero in an empty slot), hours since submission and attained GPU-hours as log(1 + x),
+    progress as is, GPUs / 8, restarts / 10."""
+    states = np.asarray(states, dtype=np.float64)
+    app = states[..., APP].astype(np.int64)
+    one_hot = (app[..., None] == np.arange(1, len(APP_NAMES) + 1)).astype(np.float32)
+    rest = np.stack([np.log1p(states[..., AGE] / _HOUR), states[..., PROGRESS], states[..., GIVEN] / _GPU_SCALE,
+                     states[..., HELD] / _GPU_SCALE, states[..., RESTARTS] / _RESTART_SCALE,
+                     np.log1p(states[..., ATTAINED] / _HOUR)], axis=-1).astype(np.float32)
+    per_job = np.concatenate([one_hot, rest], axis=-1)
+    return per_job.reshape(*per_job.shape[:-2], -1)
