@@ -15,12 +15,14 @@ from dl2.learn.features import feature_size
 from dl2.learn.nets import policy_net, value_net
 from dl2.learn.pollux.checkpoint import load_checkpoint, save_checkpoint
 from dl2.learn.pollux.demonstrations import teacher_decisions
+from dl2.learn.pollux.evaluate import PUBLISHED_SUMMARY, published_baselines
 from dl2.learn.pollux.features import NUM_JOB_FEATURES, encoded_size
 from dl2.learn.pollux.finetune import finetune
 from dl2.learn.pollux.model import PolluxNets, pollux_net_config
 from dl2.learn.pollux.pretrain import pretrain
 from dl2.learn.pollux.settings import PolluxTrainSettings
-from dl2.pollux.philly import generate_workload
+from dl2.pollux.grid import Cell
+from dl2.pollux.workload import read_workload
 from dl2.workload.presets import PolluxPreset
 from dl2.worlds import WORLDS
 
@@ -88,13 +90,23 @@ def test_a_world_with_one_role_gets_window_plus_one_actions(preset):
 # --- training in the Pollux world -------------------------------------------------------------------------
 
 PRESET = PolluxPreset("pollux", 16, 4, 60, 30)
-TINY = PolluxTrainSettings(window=4, hidden=(32, 32), train_seeds=(101,), sl_epochs=8, sl_batch_size=128,
+TINY = PolluxTrainSettings(window=4, hidden=(32, 32), train_seeds=(101,), sl_epochs=12, sl_batch_size=32, sl_lr=1e-2,
                            ppo_updates=2, num_envs=2, rollout_length=32, ppo_epochs=2, ppo_batch_size=32)
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """As a run pins it (`settings.threads`): the weights depend on torch's thread count."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
 def tiny_workload():
-    return generate_workload(160, 101).first(6)
+    """Six jobs (any workload does; a shipped one reads faster than the generator draws one)."""
+    return read_workload(Cell("optimus", "1.0", 1, 0).path).first(6)
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +130,8 @@ def test_sl_pretraining_lowers_the_loss_and_imitates_the_teacher(demonstrations)
     history = pretrain(nets, states, masks, actions, TINY, torch.Generator().manual_seed(0))
     assert len(history) == TINY.sl_epochs + 1
     assert history["loss"].iloc[-1] < 0.5 * history["loss"].iloc[0]
-    assert history["agreement"].iloc[-1] > 0.8  # the greedy policy takes the teacher's action on most decisions
+    most_frequent = np.bincount(actions).max() / len(actions)  # the agreement of always one action (0.4 here)
+    assert history["agreement"].iloc[-1] > max(0.8, most_frequent + 0.3)  # the teacher's action on most decisions
     greedy = nets.greedy()
     same = np.mean([greedy(s, m) == a for s, m, a in zip(states, masks, actions)])
     assert same == pytest.approx(history["agreement"].iloc[-1])  # the evaluation's decide is the trained policy
@@ -166,3 +179,14 @@ def test_a_file_that_is_no_checkpoint_is_refused(tmp_path):
 def test_training_seeds_exclude_the_artifacts_workloads():
     with pytest.raises(Dl2Error, match="train_seeds"):
         PolluxTrainSettings(train_seeds=(3, 101))
+
+
+def test_the_baselines_are_the_published_grids_average_jcts():
+    baselines = published_baselines().set_index(["load", "workload"])
+    summary = pd.read_csv(PUBLISHED_SUMMARY, dtype={"load": str})
+    pollux = summary[(summary.policy == "pollux") & (summary.load == "1.0") & (summary.workload == 2)]
+    assert len(pollux) >= 3  # a randomized policy: the mean over its seeds
+    assert baselines.loc[("1.0", 2), "pollux"] == pytest.approx(pollux.avg_jct.mean())
+    optimus = summary[(summary.policy == "optimus") & (summary.load == "2.0") & (summary.workload == 8)].avg_jct
+    assert baselines.loc[("2.0", 8), "optimus"] == optimus.item()
+    assert len(baselines) == 32  # 4 loads x 8 workloads

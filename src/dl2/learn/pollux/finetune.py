@@ -61,10 +61,10 @@ def finetune(nets: PolluxNets, workloads: Sequence[Workload], preset: PolluxPres
     """`settings.ppo_updates` rollouts and clipped updates; one history row per update."""
     envs = [PolluxDecisionEnv(workloads[k % len(workloads)], preset, settings.variant, settings.window)
             for k in range(settings.num_envs)]
-    vec = PolluxVecEnv(envs)
+    vec = PolluxVecEnv(envs, workloads)
     states, masks = vec.reset()
     optimizer = torch.optim.Adam(nets.parameters(), lr=settings.lr)
-    history = []
+    history, episodes = [], 0
     for update in tqdm(range(1, settings.ppo_updates + 1), desc="PPO", unit="update", disable=not progress):
         rollout, states, masks, interval_rewards = collect(vec, nets, states, masks, settings.rollout_length,
                                                            settings.gamma, rng)
@@ -77,7 +77,11 @@ def finetune(nets: PolluxNets, workloads: Sequence[Workload], preset: PolluxPres
             torch.from_numpy(rollout.log_probs.reshape(-1)), torch.from_numpy(adv.reshape(-1)),
             torch.from_numpy(returns.reshape(-1)), settings.ppo_epochs, settings.ppo_batch_size, settings.clip,
             settings.entropy, rng)
+        finished = [run.jct.mean() for _, run in vec.finished[episodes:]]
+        episodes = len(vec.finished)
         history.append({"update": update, "decisions": update * count, "intervals": len(interval_rewards),
+                        "episodes_finished": len(finished),
+                        "episode_avg_jct": float(np.mean(finished)) if finished else float("nan"),
                         "mean_interval_reward": float(np.mean(interval_rewards)) if interval_rewards else float("nan"),
                         "policy_loss": stats.policy_loss, "value_loss": stats.value_loss, "entropy": stats.entropy})
     return pd.DataFrame(history)
