@@ -21,7 +21,7 @@ from dl2.learn.pollux.model import PolluxNets, pollux_net_config
 from dl2.learn.pollux.pretrain import pretrain
 from dl2.learn.pollux.settings import PolluxTrainSettings
 from dl2.paths import write_csv_atomic, write_json_atomic
-from dl2.pollux.philly import generate_workload
+from dl2.pollux.philly import generate_workload, load_philly
 from dl2.pollux.workload import Workload
 from dl2.workload.presets import PolluxPreset
 
@@ -40,7 +40,8 @@ class PolluxTrainResult:
 
 def training_workloads(settings: PolluxTrainSettings) -> list[Workload]:
     """The generator's workloads of the training seeds, as many jobs as the artifact's at `train_load`."""
-    return [generate_workload(settings.train_jobs, seed) for seed in settings.train_seeds]
+    philly = load_philly()  # read once: it takes seconds
+    return [generate_workload(settings.train_jobs, seed, philly=philly) for seed in settings.train_seeds]
 
 
 def train_dl2_pollux(settings: PolluxTrainSettings, preset: PolluxPreset, seed: int, out_dir: str | Path | None = None,
