@@ -233,3 +233,20 @@ def test_bad_settings_raise_naming_the_key(variant, window, key):
 def test_an_unknown_teacher_raises_naming_the_key():
     with pytest.raises(Dl2Error, match="^teacher: "):
         teacher_decisions([_workload(3)], PRESET, "pollux", "tuned", 3)
+
+
+def test_the_speed_benchmark_counts_decisions_intervals_and_the_worlds_share():
+    from dl2.bench_pollux_env import measure
+
+    row = measure("tuned", "fill", steps=640, num_envs=2)
+    assert row["decisions"] == 640 and row["decisions_per_second"] > 0
+    assert 1 <= row["decisions_per_interval"] <= 65, "at most a GPU each of 64, then void"
+    assert 0 < row["world_share"] < 1
+
+
+def test_a_returned_state_is_the_callers_own():
+    env = PolluxDecisionEnv(_workload(5), PRESET, "tuned", 5)
+    state, mask = env.reset()
+    kept_state, kept_mask = state.copy(), mask.copy()
+    env.step(int(np.flatnonzero(mask[:5])[0]))
+    assert np.array_equal(state, kept_state) and np.array_equal(mask, kept_mask)

@@ -165,6 +165,7 @@ SEPARATE_BENCHMARKS = {  # flag: (module, function, default output); each functi
     "pipeline": ("dl2.bench_pipeline", "pipeline_benchmark", "bench-pipeline.json"),
     "clusters": ("dl2.bench_clusters", "clusters_benchmark", "bench-clusters.json"),
     "pollux": ("dl2.bench_pollux", "pollux_benchmark", "bench-pollux.json"),
+    "pollux_env": ("dl2.bench_pollux_env", "pollux_env_benchmark", "bench-pollux-env.json"),
     "ray": ("dl2.bench_ray", "ray_benchmark", "bench-ray.json"),
 }
 
@@ -174,7 +175,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
 
     chosen = [flag for flag in SEPARATE_BENCHMARKS if getattr(args, flag)]
     if len(chosen) > 1:
-        raise Dl2Error(f"{', '.join('--' + f for f in SEPARATE_BENCHMARKS)} are separate benchmarks: run one at a time")
+        raise Dl2Error(f"{', '.join('--' + f.replace('_', '-') for f in SEPARATE_BENCHMARKS)} are separate benchmarks: run one at a time")
     if chosen:
         module, function, default = SEPARATE_BENCHMARKS[chosen[0]]
         benchmark = getattr(importlib.import_module(module), function)
@@ -284,6 +285,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                             "trace of each PS/worker preset (bench-bound.json)")
     bench.add_argument("--pollux", action="store_true", help="instead: the Pollux world's job step and each of its policies "
                                                              "on the artifact's workload 6 (bench-pollux.json)")
+    bench.add_argument("--pollux-env", action="store_true", help="instead: DL2's decision environment of the Pollux world, "
+                                                                 "decisions and intervals per second over 16 environments "
+                                                                 "(bench-pollux-env.json)")
     bench.add_argument("--clusters", action="store_true", help="instead: seconds per PPO update with 1 and more training "
                                                                "clusters, one Ray actor and CPU each, and the wall time to the "
                                                                "published clusters axis's target (bench-clusters.json)")

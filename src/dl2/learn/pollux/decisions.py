@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
+from numba import njit
 
 from dl2.errors import Dl2Error
 from dl2.learn.pollux.features import AGE, APP, ATTAINED, GIVEN, HELD, NUM_JOB_FEATURES, PROGRESS, RESTARTS
@@ -73,11 +74,11 @@ class Variant:
 
 @lru_cache(maxsize=1)
 def _progress_at() -> tuple[np.ndarray, np.ndarray]:
-    """(applications, most epochs + 1) the progress that completes each number of epochs (padded with the
-    last), and each application's epochs."""
+    """(applications, most epochs + 1) the progress that completes each number of epochs (the last repeated
+    past an application's own), and each application's epochs."""
     tables = [a.tables for a in load_applications()]
     epochs = np.array([t.max_epochs for t in tables], dtype=np.int64)
-    table = np.empty((len(tables), epochs.max() + 2))
+    table = np.empty((len(tables), epochs.max() + 1))
     for k, t in enumerate(tables):
         table[k, : t.max_epochs + 1] = t.progress_at
         table[k, t.max_epochs + 1:] = t.progress_at[-1]
@@ -87,11 +88,22 @@ def _progress_at() -> tuple[np.ndarray, np.ndarray]:
 def epochs_fraction(jobs: kernels.JobArrays) -> np.ndarray:
     """Each job's epochs done (the part of the current epoch included) over its epochs to completion."""
     table, epochs = _progress_at()
-    total = epochs[jobs.app]
-    epoch = np.minimum(jobs.epoch, total)
-    start, end = table[jobs.app, epoch], table[jobs.app, epoch + 1]
-    within = np.where(epoch < total, (jobs.progress - start) / np.where(end > start, end - start, 1.0), 0.0)
-    return (epoch + np.clip(within, 0.0, 1.0)) / total
+    out = np.empty(len(jobs.app))
+    _fill_epochs_fraction(jobs.app, jobs.epoch, jobs.progress, table, epochs, out)
+    return out
+
+
+@njit(cache=True)
+def _fill_epochs_fraction(app: np.ndarray, epoch: np.ndarray, progress: np.ndarray, table: np.ndarray,
+                          epochs: np.ndarray, out: np.ndarray) -> None:
+    for j in range(len(app)):
+        a, total = app[j], epochs[app[j]]
+        e = min(epoch[j], total)
+        within = 0.0
+        if e < total:
+            start, end = table[a, e], table[a, e + 1]
+            within = min(max((progress[j] - start) / (end - start if end > start else 1.0), 0.0), 1.0)
+        out[j] = (e + within) / total
 
 
 class IntervalDecisions:
@@ -109,14 +121,16 @@ class IntervalDecisions:
         self.state = np.zeros((window, NUM_JOB_FEATURES))
         self.state[:n, APP] = jobs.app[idx] + 1
         self.state[:n, AGE] = view.time - jobs.submit[idx]
-        self.state[:n, PROGRESS] = epochs_fraction(jobs)[idx]
+        self.progress = epochs_fraction(jobs)  # every job's, for the environment's reward
+        self.state[:n, PROGRESS] = self.progress[idx]
         self.state[:n, HELD] = self.held
         self.state[:n, RESTARTS] = np.maximum(jobs.restarts[idx], 0)
         self.state[:n, ATTAINED] = jobs.attained[idx]
         self.mask = np.zeros(window + 1, dtype=np.bool_)
         self.mask[:n] = self.caps > 0
         self.mask[window] = True
-        self.open = bool(self.mask[:n].any())
+        self.legal = int(self.mask[:n].sum())  # legal "+1" actions
+        self.open = self.legal > 0
 
     def step(self, action: int) -> bool:
         """Apply one action; whether the interval asks for another."""
@@ -128,9 +142,11 @@ class IntervalDecisions:
         self.free -= 1
         if self.free == 0:
             self.mask[: self.window] = False
+            self.legal = 0
         elif self.given[action] == self.caps[action]:
             self.mask[action] = False
-        self.open = bool(self.mask[: self.window].any())
+            self.legal -= 1
+        self.open = self.legal > 0
         return self.open
 
     def allocations(self) -> Allocations:

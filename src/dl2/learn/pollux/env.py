@@ -13,9 +13,10 @@ steps pay 0. An episode's rewards sum to the number of jobs.
 from __future__ import annotations
 
 import time
+from functools import lru_cache
 
 import numpy as np
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from dl2.errors import Dl2Error
 from dl2.learn.pollux.decisions import VARIANTS, IntervalDecisions, Variant, check_settings, epochs_fraction
@@ -25,6 +26,12 @@ from dl2.pollux.workload import Workload
 from dl2.workload.presets import PolluxPreset
 
 __all__ = ["VARIANTS", "PolluxDecisionEnv"]
+
+
+@lru_cache(maxsize=1)
+def _blas() -> ThreadpoolController:
+    """The process's thread pools, found once (finding them costs milliseconds, limiting them microseconds)."""
+    return ThreadpoolController()
 
 
 class PolluxDecisionEnv:
@@ -43,6 +50,7 @@ class PolluxDecisionEnv:
         self._done_mask = np.zeros(self.num_actions, dtype=np.bool_)
         self._done_mask[self.window] = True
         self.cluster: Cluster | None = None
+        self.world_seconds = 0.0  # wall time in the world's own steps since made (training, views, placements applied)
 
     @property
     def view(self) -> ClusterView:
@@ -57,7 +65,7 @@ class PolluxDecisionEnv:
         self.cluster = Cluster(self.workload, self.variant, self.preset)
         self.policy_seconds, self.truncated, self.done = 0.0, False, False
         self.done = not self._next_decision()
-        self._progress = float(epochs_fraction(self.cluster.jobs).sum())
+        self._progress = self._total_progress()
         return self._observe()
 
     def step(self, action: int) -> tuple[np.ndarray, np.ndarray, float, bool]:
@@ -65,12 +73,15 @@ class PolluxDecisionEnv:
         if self.done:
             raise Dl2Error("step: the episode is over; call reset()")
         if self.decisions.step(int(action)):
-            return self.decisions.state, self.decisions.mask, 0.0, False
-        self.cluster.apply(self.decisions.view, self.decisions.allocations())
-        self.policy_seconds += time.perf_counter() - self._asked_at
+            return self.decisions.state.copy(), self.decisions.mask.copy(), 0.0, False
+        allocations = self.decisions.allocations()
+        start = time.perf_counter()
+        self.policy_seconds += start - self._asked_at
+        self.cluster.apply(self.decisions.view, allocations)
+        self.world_seconds += time.perf_counter() - start
         before = self._progress
         self.done = not self._next_decision()
-        self._progress = float(epochs_fraction(self.cluster.jobs).sum())
+        self._progress = self._total_progress()
         state, mask = self._observe()
         return state, mask, self._progress - before, self.done
 
@@ -83,10 +94,16 @@ class PolluxDecisionEnv:
             raise Dl2Error(f"{self.variant.name}: the workload did not finish within {self.max_seconds} s")
         return self.cluster.run(self.policy_seconds)
 
+    def _total_progress(self) -> float:
+        """Every job's epochs done over its epochs, summed (what the open interval computed, if one is open)."""
+        progress = epochs_fraction(self.cluster.jobs) if self.done else self.decisions.progress
+        return float(progress.sum())
+
     def _observe(self) -> tuple[np.ndarray, np.ndarray]:
+        """Copies: the interval's own arrays change with its next decision."""
         if self.done:
-            return self._done_state, self._done_mask
-        return self.decisions.state, self.decisions.mask
+            return self._done_state.copy(), self._done_mask.copy()
+        return self.decisions.state.copy(), self.decisions.mask.copy()
 
     def _next_decision(self) -> bool:
         """Run intervals until one asks for a decision (True) or the episode ends (False)."""
@@ -95,8 +112,10 @@ class PolluxDecisionEnv:
             if cluster.time >= self.max_seconds:
                 self.truncated = True
                 return False
+            start = time.perf_counter()
             self._train()
             view = cluster.view()
+            self.world_seconds += time.perf_counter() - start
             if len(view.active):
                 self.decisions = IntervalDecisions(view, self.caps, self.window)
                 if self.decisions.open:
@@ -107,7 +126,7 @@ class PolluxDecisionEnv:
 
     def _train(self) -> None:
         if self.variant.fits_models:  # refits: single-threaded BLAS, as `simulate` runs them
-            with threadpool_limits(limits=1, user_api="blas"):
+            with _blas().limit(limits=1, user_api="blas"):
                 self.cluster.train()
         else:
             self.cluster.train()
