@@ -3,6 +3,8 @@ teacher's decisions, PPO fine-tuning on the vectorised environment, checkpoints.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -137,6 +139,17 @@ def test_sl_pretraining_lowers_the_loss_and_imitates_the_teacher(demonstrations)
     greedy = nets.greedy()
     same = np.mean([greedy(s, m) == a for s, m, a in zip(states, masks, actions)])
     assert same == pytest.approx(history["agreement"].iloc[-1])  # the evaluation's decide is the trained policy
+
+
+def test_sl_pretraining_is_deterministic_for_a_seed(demonstrations):
+    short = replace(TINY, sl_epochs=2)
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(4)
+        nets = PolluxNets(pollux_net_config(short))
+        runs.append((pretrain(nets, *demonstrations, short, torch.Generator().manual_seed(4)), nets.policy.state_dict()))
+    pd.testing.assert_frame_equal(runs[0][0], runs[1][0])
+    assert all(torch.equal(v, runs[1][1][k]) for k, v in runs[0][1].items())
 
 
 def _finetuned(workload, seed: int) -> tuple[PolluxNets, pd.DataFrame]:
