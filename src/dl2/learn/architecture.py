@@ -11,9 +11,18 @@ from dl2.learn.features import feature_size
 ACTIVATIONS = {"relu": "ReLU", "tanh": "Tanh", "leaky_relu": "LeakyReLU", "elu": "ELU"}  # name: its torch.nn layer
 
 
+# The world's shape, as the PS/worker world has it: 3 roles a decision adds (worker, PS, bundle).
+PS_WORKER_ROLES = 3
+
+
 @dataclass(frozen=True)
 class NetConfig:
-    """Architecture of both networks; `window` jobs in, `3*window + 1` actions out."""
+    """Architecture of both networks; `window` jobs in, `roles*window + 1` actions out.
+
+    The world's shape (`roles`, `job_inputs`, `kinds`) defaults to the PS/worker world's, so that its
+    networks, checkpoints and results are those it always had; another world passes its own (the caller
+    that knows the world reads it from `dl2.worlds`' `LearningShape` and its features' encoding).
+    """
 
     window: int = 20
     hidden: tuple[int, ...] = (256, 256)
@@ -21,6 +30,9 @@ class NetConfig:
     batch_norm: bool = False
     one_hot: bool = True  # job type one-hot (paper) or one integer feature (authors' code)
     per_job: bool = False  # one network shared by every window position (dl2's addition) instead of one MLP
+    roles: int = PS_WORKER_ROLES  # what one decision can add to a window job (logits per job)
+    job_inputs: int | None = None  # network inputs per window job; None: the PS/worker features' size
+    kinds: int | None = None  # the leading inputs of a job that name its type (all zero: an empty slot); None: PS/worker's
 
     def __post_init__(self):
         if self.activation not in ACTIVATIONS:
@@ -29,17 +41,36 @@ class NetConfig:
             raise Dl2Error(f"network: window and hidden sizes must be positive, got {self.window}, {self.hidden}")
         if self.per_job and self.batch_norm:
             raise Dl2Error("network: a per-job network has no batch norm; set batch_norm off or per_job off")
+        if self.roles <= 0 or (self.job_inputs is not None and self.job_inputs <= 0) or \
+                (self.kinds is not None and not 0 < self.kinds <= self.inputs_per_job):
+            raise Dl2Error(f"network: roles, job_inputs and kinds must be positive (kinds at most job_inputs), got "
+                           f"{self.roles}, {self.job_inputs}, {self.kinds}")
+
+    @property
+    def inputs_per_job(self) -> int:
+        return feature_size(1, self.one_hot) if self.job_inputs is None else self.job_inputs
+
+    @property
+    def kind_inputs(self) -> int:
+        """How many leading inputs of a job name its type."""
+        return feature_size(1, self.one_hot) - 5 if self.kinds is None else self.kinds
 
     @property
     def num_inputs(self) -> int:
-        return feature_size(self.window, self.one_hot)
+        return self.window * self.inputs_per_job
 
     @property
     def num_actions(self) -> int:
-        return 3 * self.window + 1
+        return self.roles * self.window + 1
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "hidden": list(self.hidden)}
+        """The fields as plain data; the world's shape only where it is not the PS/worker default, so a
+        PS/worker model's file holds what it always held."""
+        out = {**asdict(self), "hidden": list(self.hidden)}
+        for name, default in (("roles", PS_WORKER_ROLES), ("job_inputs", None), ("kinds", None)):
+            if out[name] == default:
+                del out[name]
+        return out
 
 
 NET_PRESETS = {

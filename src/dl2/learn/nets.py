@@ -7,7 +7,6 @@ import torch
 from torch import nn
 
 from dl2.learn.architecture import ACTIVATIONS, NetConfig
-from dl2.learn.features import feature_size
 
 
 class MLP(nn.Module):
@@ -34,21 +33,21 @@ class PerJobNet(nn.Module):
     """The same layers applied to every window job, each seeing the mean over the window's jobs too.
 
     Per job: h1 = act(W1 x_j); h_k = act(W_k [h_{k-1}, mean of h_{k-1} over the filled jobs]); the policy
-    reads 3 logits (worker, PS, bundle) per job off the last layer and void off its mean; the value reads
+    reads `roles` logits per job (PS/worker: worker, PS, bundle) off the last layer and void off its mean; the value reads
     a scalar off that mean. Equivariant to the jobs' order, so what is learnt of a job type at one window
     position holds at every other.
     """
 
     def __init__(self, config: NetConfig, outputs: int):
         super().__init__()
-        self.window, self.features = config.window, config.num_inputs // config.window
-        self.kinds = feature_size(1, config.one_hot) - 5
+        self.window, self.features = config.window, config.inputs_per_job
+        self.kinds = config.kind_inputs
         self.value = outputs == 1
         sizes = [self.features, *config.hidden]
         self.layers = nn.ModuleList(nn.Linear(sizes[0] if k == 0 else 2 * sizes[k], sizes[k + 1])
                                     for k in range(len(config.hidden)))
         self.activation = _activation(config)
-        self.job_head = nn.Linear(sizes[-1], 3)
+        self.job_head = nn.Linear(sizes[-1], config.roles)
         self.pool_head = nn.Linear(sizes[-1], 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -72,7 +71,7 @@ def _activation(config: NetConfig) -> nn.Module:
 
 
 def policy_net(config: NetConfig) -> nn.Module:
-    """Logits over the `3*window + 1` actions."""
+    """Logits over the `roles*window + 1` actions."""
     return PerJobNet(config, config.num_actions) if config.per_job else MLP(config, config.num_actions)
 
 

@@ -1,0 +1,94 @@
+"""One DL2 training run in the Pollux world (issue 35): SL pretraining on a teacher's decisions over
+workloads from the Philly-derived generator (seeds other than the artifact's), PPO fine-tuning on the
+same workloads, greedy evaluation on the artifact's workloads beside the published baselines, a
+checkpoint after each stage. Deterministic given the seed and torch's thread count (`settings.threads`)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from dl2.learn.pollux.checkpoint import save_checkpoint
+from dl2.learn.pollux.demonstrations import teacher_decisions
+from dl2.learn.pollux.evaluate import beside_baselines, evaluate_greedy
+from dl2.learn.pollux.finetune import finetune
+from dl2.learn.pollux.model import PolluxNets, pollux_net_config
+from dl2.learn.pollux.pretrain import pretrain
+from dl2.learn.pollux.settings import PolluxTrainSettings
+from dl2.paths import write_csv_atomic, write_json_atomic
+from dl2.pollux.philly import generate_workload, load_philly
+from dl2.pollux.workload import Workload
+from dl2.workload.presets import PolluxPreset
+
+
+@dataclass
+class PolluxTrainResult:
+    """What a run produced: its networks, each stage's history, the evaluation and the seconds each took."""
+
+    nets: PolluxNets
+    pretrain_history: pd.DataFrame
+    finetune_history: pd.DataFrame
+    evaluation: pd.DataFrame  # greedy summaries per (load, workload)
+    comparison: pd.DataFrame  # average JCTs beside the published baselines
+    seconds: dict[str, float]
+
+
+def training_workloads(settings: PolluxTrainSettings) -> list[Workload]:
+    """The generator's workloads of the training seeds, as many jobs as the artifact's at `train_load`."""
+    philly = load_philly()  # read once: it takes seconds
+    return [generate_workload(settings.train_jobs, seed, philly=philly) for seed in settings.train_seeds]
+
+
+def train_dl2_pollux(settings: PolluxTrainSettings, preset: PolluxPreset, seed: int, out_dir: str | Path | None = None,
+                     progress: bool = True) -> PolluxTrainResult:
+    """SL, then PPO, then greedy evaluation; with `out_dir`, the checkpoints (`pretrained.pt`,
+    `finetuned.pt`), histories, evaluation and timings are written there."""
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(settings.threads)
+    try:
+        return _train(settings, preset, seed, Path(out_dir) if out_dir is not None else None, progress)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _train(settings: PolluxTrainSettings, preset: PolluxPreset, seed: int, out_dir: Path | None,
+           progress: bool) -> PolluxTrainResult:
+    seconds: dict[str, float] = {}
+    clock = time.perf_counter()
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    nets = PolluxNets(pollux_net_config(settings))
+    workloads = training_workloads(settings)
+    states, masks, actions = teacher_decisions(workloads, preset, settings.teacher, settings.variant, settings.window)
+    seconds["demonstrations"] = time.perf_counter() - clock
+
+    clock = time.perf_counter()
+    pretrain_history = pretrain(nets, states, masks, actions, settings, generator, progress)
+    seconds["pretrain"] = time.perf_counter() - clock
+    if out_dir is not None:
+        save_checkpoint(out_dir / "pretrained.pt", nets, settings, "pretrained", seed)
+
+    clock = time.perf_counter()
+    finetune_history = finetune(nets, workloads, preset, settings, rng, progress)
+    seconds["finetune"] = time.perf_counter() - clock
+    if out_dir is not None:
+        save_checkpoint(out_dir / "finetuned.pt", nets, settings, "finetuned", seed)
+
+    clock = time.perf_counter()
+    evaluation = evaluate_greedy(nets, preset, settings.variant, settings.eval_loads, settings.eval_workloads, progress)
+    comparison = beside_baselines(evaluation)
+    seconds["evaluate"] = time.perf_counter() - clock
+    if out_dir is not None:
+        write_csv_atomic(out_dir / "pretrain_history.csv", pretrain_history)
+        write_csv_atomic(out_dir / "finetune_history.csv", finetune_history)
+        write_csv_atomic(out_dir / "evaluation.csv", evaluation)
+        write_csv_atomic(out_dir / "comparison.csv", comparison)
+        write_json_atomic(out_dir / "run.json", {"seed": seed, "settings": settings.to_dict(), "seconds": seconds,
+                                                  "decisions": int(len(actions))})
+    return PolluxTrainResult(nets, pretrain_history, finetune_history, evaluation, comparison, seconds)
