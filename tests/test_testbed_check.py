@@ -46,12 +46,30 @@ def test_each_criterion_fails_on_its_own():
     assert "passed: False" in check.markdown(spread, verdict)
 
 
+def test_a_start_s_lost_seconds_are_its_started_slots_less_what_they_trained_at_the_table_s_speed():
+    row = {"policy": "drf", "seed": -1, "trace": 0, "repeat": 0, "model": "wlm", "seconds": 20.0}
+    slots = pd.DataFrame([  # job 1: (1, 1) trains nothing in slot 0 and half a slot in slot 1, then runs; resized in slot 4
+        {**row, "slot": 0, "job_id": 1, "num_ps": 1, "num_workers": 1, "epochs_trained": 0.0, "epochs_predicted": 10.0, "started": True},
+        {**row, "slot": 1, "job_id": 1, "num_ps": 1, "num_workers": 1, "epochs_trained": 5.0, "epochs_predicted": 10.0, "started": True},
+        {**row, "slot": 2, "job_id": 1, "num_ps": 1, "num_workers": 1, "epochs_trained": 10.0, "epochs_predicted": 10.0, "started": False},
+        {**row, "slot": 3, "job_id": 1, "num_ps": 2, "num_workers": 2, "epochs_trained": 15.0, "epochs_predicted": 20.0, "started": True},
+        {**row, "slot": 4, "job_id": 1, "num_ps": 2, "num_workers": 2, "epochs_trained": 20.0, "epochs_predicted": 20.0, "started": False},
+        # job 2 waits (no tasks), then starts in the slot it finishes in: left out
+        {**row, "slot": 0, "job_id": 2, "num_ps": 0, "num_workers": 0, "epochs_trained": 0.0, "epochs_predicted": 0.0, "started": True},
+        {**row, "slot": 1, "job_id": 2, "num_ps": 1, "num_workers": 1, "epochs_trained": 1.0, "epochs_predicted": 1.0, "started": True},
+    ], columns=replay.SLOT_COLUMNS)
+    starts = check.startup_seconds(slots)
+    assert starts[["job_id", "num_ps", "num_workers", "slots"]].values.tolist() == [[1, 1, 1, 2], [1, 2, 2, 1]]
+    assert starts.seconds.tolist() == pytest.approx([30.0, 5.0])
+
+
 @pytest.mark.parametrize("argv, says", [
     (["--policies", "lottery"], "--policies"),
     (["--traces", "0"], "--traces"),
     (["--traces", "999"], "validation traces"),
     (["--model", "nolabel.pt"], "LABEL=PATH"),
     (["--preset", "pollux"], "pollux"),
+    (["--restart-seconds", "-1"], "--restart-seconds"),
 ])
 def test_bad_input_is_refused_before_any_replay(argv, says, capsys, tmp_path):
     assert main(["testbed", "check", "--folder", str(tmp_path / "no-testbed"), "--out", str(tmp_path / "out"), *argv]) == 2

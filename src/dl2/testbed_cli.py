@@ -190,7 +190,10 @@ def cmd_testbed_check(args: argparse.Namespace) -> None:
     _, validation = workflow.split_traces(settings, measured)
     if args.traces > len(validation):
         raise Dl2Error(f"--traces: learn.validation_traces draws {len(validation)} validation traces, not {args.traces}")
-    result = run_check(validation[: args.traces], measured, heuristics, learned, args.repeats, args.out, args.folder, log=_log)
+    if args.restart_seconds is not None and args.restart_seconds < 0:
+        raise Dl2Error(f"--restart-seconds: at least 0, got {args.restart_seconds}")
+    result = run_check(validation[: args.traces], measured, heuristics, learned, args.repeats, args.out, args.folder, log=_log,
+                       restart_seconds=args.restart_seconds)
     print(json.dumps({k: v for k, v in result.items() if k != "table"}, indent=2))
 
 
@@ -351,6 +354,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                        help="a DL2 policy (.pt) replayed greedily under LABEL; repeat for more")
     check.add_argument("--traces", type=int, default=3, help="the first validation traces `evaluate` draws (default 3)")
     check.add_argument("--repeats", type=int, default=3, help="replays of each (policy, trace) on kind (default 3)")
+    check.add_argument("--restart-seconds", type=float, default=None,
+                       help="the simulator predicts with this restart cost instead of the preset's (the kept replays serve any)")
     check.add_argument("--out", type=Path, default=Path("data/testbed-check"),
                        help="where the tables, check.json and the figure go (default: data/testbed-check)")
     check.set_defaults(func=cmd_testbed_check)

@@ -49,6 +49,33 @@ def check_table(jobs: pd.DataFrame) -> pd.DataFrame:
     return table[CHECK_COLUMNS]
 
 
+def startup_seconds(slots: pd.DataFrame) -> pd.DataFrame:
+    """Every configuration start on the testbed (`replay.SLOT_COLUMNS` rows in), with the seconds it did not train:
+    over the slots it is marked started in (its first, and the next ones while it had not trained), each slot's
+    seconds less those its epochs took at the profiled speed. Starts in which the job finished are left out (their
+    prediction is capped at what the job had left). What the simulator's `restart_seconds` models."""
+    rows = slots[(slots.num_ps > 0) & (slots.num_workers > 0)].sort_values([*RUN_COLUMNS, "job_id", "slot"])
+    starts = []
+    for key, job in rows.groupby([*RUN_COLUMNS, "job_id"], sort=False):
+        job = job.reset_index(drop=True)
+        k = 0
+        while k < len(job):
+            if not job.started[k]:
+                k += 1
+                continue
+            configuration, lost, m = (job.num_ps[k], job.num_workers[k]), 0.0, k
+            while (m < len(job) and job.started[m] and (job.num_ps[m], job.num_workers[m]) == configuration
+                   and (m == k or job.slot[m] == job.slot[m - 1] + 1)):
+                rate = job.epochs_predicted[m] / job.seconds[m]
+                lost += job.seconds[m] - (job.epochs_trained[m] / rate if rate > 0 else 0.0)
+                m += 1
+            if m < len(job):  # the job went on after the start: its predictions were not capped
+                starts.append({**dict(zip([*RUN_COLUMNS, "job_id"], key)), "model": job.model[k], "num_ps": configuration[0],
+                               "num_workers": configuration[1], "slots": m - k, "seconds": lost})
+            k = max(m, k + 1)
+    return pd.DataFrame(starts, columns=[*RUN_COLUMNS, "job_id", "model", "num_ps", "num_workers", "slots", "seconds"])
+
+
 def verdict(table: pd.DataFrame) -> dict:
     """Whether the simulator passes the check on `check_table`'s rows, criterion by criterion."""
     within = bool(table.within.all())
@@ -68,30 +95,44 @@ def markdown(table: pd.DataFrame, verdict_: Mapping) -> str:
              f"- median per-job error under {JOB_ERROR_LIMIT:.0%} for every policy: {verdict_['median_job_error_below_limit']}",
              f"- the policies rank the same on kind and in the simulator: {verdict_['same_ranking']}",
              f"- passed: {verdict_['passed']}"]
+    if verdict_.get("startup_seconds_median") is not None:
+        lines.append(f"- the simulator's restart cost: {verdict_['restart_seconds']:g} s; a configuration's start-up on the "
+                     f"testbed (`startup.csv`), median over {verdict_['starts']} starts: {verdict_['startup_seconds_median']:.1f} s")
     return "\n".join(lines) + "\n"
 
 
 def run_check(traces: Sequence[Trace], scenario: Scenario, heuristics: Sequence[str], learned: Mapping[str, DL2Policy],
-              repeats: int, out: Path, folder: str | Path | None = None, log: Callable[[str], None] = print) -> dict:
+              repeats: int, out: Path, folder: str | Path | None = None, log: Callable[[str], None] = print,
+              restart_seconds: float | None = None) -> dict:
     """Replay `traces` on the kind testbed (in `folder`) under every heuristic and learned policy (greedy),
     `repeats` times each, beside the simulator on `scenario`: the heuristics as `dl2 compare` runs them (no bundle
     first), the learned policies with `scenario`'s options (DL2's bundle per job first, where its settings say
-    so). Writes `jobs.csv`, `slots.csv`, `speed_error.csv`, `check.csv`, `check.md`, `check.json` and
-    `sim_to_real.png` into `out`. Every finished replay is kept in the testbed's folder, so an interrupted check
-    run again replays only what had not finished. Returns the verdict."""
+    so). `restart_seconds`: the simulator predicts with this restart cost instead of the preset's (the replays, and
+    which are kept, do not depend on it). Writes `jobs.csv`, `slots.csv`, `speed_error.csv`, `startup.csv`,
+    `check.csv`, `check.md`, `check.json` and `sim_to_real.png` into `out`. Every finished replay is kept in the
+    testbed's folder, so an interrupted check run again replays only what had not finished. Returns the verdict."""
     plain = Scenario(scenario.preset, dataclasses.replace(scenario.options, assign_bundle=False))
-    parts = [evaluate_on_kind({}, heuristics, traces, plain, folder, namespace=NAMESPACE, log=log, repeats=repeats, keep=True)]
+
+    def predicting(sc: Scenario) -> Scenario:
+        if restart_seconds is None:
+            return sc
+        return dataclasses.replace(sc, preset=dataclasses.replace(sc.preset, restart_seconds=restart_seconds))
+
+    parts = [evaluate_on_kind({}, heuristics, traces, plain, folder, namespace=NAMESPACE, log=log, repeats=repeats, keep=True,
+                              predict=predicting(plain))]
     if learned:
         parts.append(evaluate_on_kind({label: {0: policy} for label, policy in learned.items()}, (), traces, scenario, folder,
-                                      namespace=NAMESPACE, log=log, repeats=repeats, keep=True))
+                                      namespace=NAMESPACE, log=log, repeats=repeats, keep=True, predict=predicting(scenario)))
     jobs = pd.concat([j for j, _ in parts], ignore_index=True)
     slots = pd.concat([s for _, s in parts], ignore_index=True)
-    table = check_table(jobs)
+    table, starts = check_table(jobs), startup_seconds(slots)
     result = {**verdict(table), "traces": len(traces), "repeats": repeats, "preset": scenario.preset.name,
-              "restart_seconds": scenario.preset.restart_seconds, "slot_seconds": scenario.preset.slot_seconds,
+              "restart_seconds": predicting(scenario).preset.restart_seconds, "slot_seconds": scenario.preset.slot_seconds,
+              "startup_seconds_median": float(starts.seconds.median()) if len(starts) else None, "starts": len(starts),
               "table": table.to_dict(orient="records")}
     out.mkdir(parents=True, exist_ok=True)
     write_outputs(out, jobs, slots)
+    write_text_atomic(out / "startup.csv", starts.to_csv(index=False))
     write_text_atomic(out / "check.csv", table.to_csv(index=False))
     write_text_atomic(out / "check.md", markdown(table, result))
     plots.save_figure(plots.sim_to_real(jobs), out / "sim_to_real.png")

@@ -97,11 +97,12 @@ def replay(backend: KubeCluster, trace: Trace, scheduler: Scheduler, progress: C
 
 def compare(backend: KubeCluster | None, policies: Mapping[tuple[str, int], Callable[[], Scheduler]], traces: Sequence[Trace],
             scenario: Scenario, log: Callable[[str], None] = print, repeats: int = 1, store: ReplayStore | None = None,
-            ) -> tuple[pd.DataFrame, pd.DataFrame]:
+            predict: Scenario | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every (policy label, seed) of `policies` (each a fresh scheduler per run) on every trace, `repeats` times on
-    the testbed and once in the simulator on `scenario` (the profiled table; deterministic, so its prediction
-    serves every repeat); returns (per-job rows `JOB_COLUMNS`, per-slot rows `SLOT_COLUMNS`). With a `store`, each
-    finished replay is kept there and a replay it already holds is not run again (`backend` may then be None)."""
+    the testbed and once in the simulator on `predict` (default `scenario`: the profiled table; deterministic, so
+    its prediction serves every repeat); returns (per-job rows `JOB_COLUMNS`, per-slot rows `SLOT_COLUMNS`). With a
+    `store`, each finished replay is kept there and a replay it already holds is not run again (`backend` may then
+    be None)."""
     jobs, slots, predictions = [], [], {}
     runs = [(label, seed, k, r) for (label, seed) in policies for k in range(len(traces)) for r in range(repeats)]
     for n, (label, seed, k, r) in enumerate(runs, start=1):
@@ -120,7 +121,7 @@ def compare(backend: KubeCluster | None, policies: Mapping[tuple[str, int], Call
             if store is not None:
                 store.save(label, seed, k, trace, r, jct, rows)
         if (label, seed, k) not in predictions:
-            predictions[label, seed, k] = simulate(trace, policies[label, seed](), scenario).jct
+            predictions[label, seed, k] = simulate(trace, policies[label, seed](), predict or scenario).jct
         predicted = predictions[label, seed, k]
         for i, job_id in enumerate(trace.job_id.tolist()):
             jobs.append({**run, "job_id": job_id, "model": trace.model_names[trace.model[i]],
@@ -153,11 +154,11 @@ def speed_error(slots: pd.DataFrame) -> pd.DataFrame:
 def evaluate_on_kind(learned: Mapping[str, Mapping[int, DL2Policy]], heuristics: Sequence[str], traces: Sequence[Trace],
                      scenario: Scenario, folder: str | Path | None = None, namespace: str = "dl2-evaluate",
                      log: Callable[[str], None] = print, repeats: int = 1, keep: bool = False,
-                     ) -> tuple[pd.DataFrame, pd.DataFrame]:
+                     predict: Scenario | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """`compare` on the kind testbed (`dl2 testbed up --kind`, in `folder` or the default): the heuristics, and
     every learned policy greedily (as `evaluate` reports it), in real training pods, `repeats` times each, beside
-    the simulator. With `keep`, every finished replay is kept (`ReplayStore`) in the testbed's folder's
-    `replays/`, so a rerun after an interruption replays only what had not finished."""
+    the simulator (on `predict`, default `scenario`). With `keep`, every finished replay is kept (`ReplayStore`) in
+    the testbed's folder's `replays/`, so a rerun after an interruption replays only what had not finished."""
     from dl2.kube.resources import ensure_namespace
     from dl2.testbed import kind
 
@@ -178,7 +179,7 @@ def evaluate_on_kind(learned: Mapping[str, Mapping[int, DL2Policy]], heuristics:
                 identities[label, seed] = weights_digest(policy)
         context = repr((scenario, pods.workers, pods.slots_per_node, pods.runtime.cpu_millis_per_slot))
         store = ReplayStore(kind.load(folder).folder / "replays", identities, context) if keep else None
-        return compare(backend, policies, traces, scenario, log, repeats, store)
+        return compare(backend, policies, traces, scenario, log, repeats, store, predict)
     finally:
         kube.close()
         shutil.rmtree(workload.runtime.shared_here / namespace, ignore_errors=True)
