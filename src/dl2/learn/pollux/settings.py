@@ -20,6 +20,7 @@ class PolluxTrainSettings:
     teacher: str = "optimus"
     variant: str = "tuned"
     window: int = 20
+    assign_one: bool = True  # each interval first gives every window job one GPU (dl2.learn.pollux.decisions)
     network: str = "per-job"
     hidden: tuple[int, ...] = (128, 128)
     train_load: float = 1.0
@@ -74,4 +75,6 @@ class PolluxTrainSettings:
 
     @classmethod
     def from_dict(cls, data: dict) -> PolluxTrainSettings:
+        """`to_dict`'s data back (a checkpoint written before `assign_one` existed ran without it)."""
+        data = {"assign_one": False, **data}
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
