@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 
 from dl2.errors import Dl2Error
 from dl2.learn.architecture import NET_PRESETS
+from dl2.learn.pollux.decisions import VARIANTS
 
 TEACHERS = ("optimus", "tiresias")
 JOBS_AT_UNIT_LOAD = 160  # the artifact's workloads hold round(160 * load) jobs
@@ -45,6 +46,11 @@ class PolluxTrainSettings:
     def __post_init__(self):
         if self.teacher not in TEACHERS:
             raise Dl2Error(f"teacher: expected one of {', '.join(TEACHERS)}, got {self.teacher!r}")
+        if self.variant not in VARIANTS:
+            raise Dl2Error(f"variant: expected one of {', '.join(VARIANTS)}, got {self.variant!r}")
+        bad = sorted(set(self.eval_workloads) - set(SHIPPED_SEEDS))
+        if bad:
+            raise Dl2Error(f"eval_workloads: the artifact ships workloads 1..8, got {bad}")
         if self.network not in NET_PRESETS:
             raise Dl2Error(f"network: expected one of {', '.join(NET_PRESETS)}, got {self.network!r}")
         shipped = sorted(set(self.train_seeds) & set(SHIPPED_SEEDS))
