@@ -3,12 +3,12 @@
 Each 60-s interval the world first trains (`dl2.pollux.cluster.Cluster.train`, the loop of `simulate`), then
 the environment asks for decisions over a window of the active jobs (`dl2.learn.pollux.decisions`: with
 `assign_one`, after one GPU to each window job; "+1 GPU to window job k", masked at the job's GPU cap and
-when no GPU is free, or void). When the interval's
-decisions end, the world applies the placement (restarting every job whose GPUs changed) and trains the
-next interval. Intervals with nothing to decide (no active job, or no legal "+1") run without asking. The reward is paid on
-the step that ends an interval's decisions: the progress the next interval gained, summed over jobs as
-epochs gained over the job's epochs to completion (restarts cost progress, so they are paid for); other
-steps pay 0. An episode's rewards sum to the number of jobs.
+when no GPU is free, or void). When the interval's decisions end, the world applies the placement
+(restarting every job whose GPUs changed) and trains the next interval. Intervals with nothing to decide
+(no active job, or no legal "+1") run without asking. The reward is paid on the step that ends an
+interval's decisions: the progress the next interval gained, summed over jobs as epochs gained over the
+job's epochs to completion (restarts cost progress, so they are paid for); other steps pay 0. An
+episode's rewards sum to the number of jobs.
 """
 
 from __future__ import annotations
