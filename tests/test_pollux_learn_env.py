@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from dl2.errors import Dl2Error
+from dl2.learn.pollux.decisions import IntervalDecisions
 from dl2.learn.pollux.demonstrations import teacher_decisions, teacher_forced
 from dl2.learn.pollux.env import VARIANTS, PolluxDecisionEnv
 from dl2.learn.pollux.features import JOB_FEATURES, encode, encoded_size
@@ -60,15 +61,16 @@ def _epochs_done(jobs) -> np.ndarray:
     return out
 
 
+@pytest.mark.parametrize("assign_one", [False, True])
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_masks_follow_the_caps_the_free_gpus_and_the_window(variant):
+def test_masks_follow_the_caps_the_free_gpus_and_the_window(variant, assign_one):
     workload = _workload(10)
     window = 4
-    env = PolluxDecisionEnv(workload, PRESET, variant, window)
+    env = PolluxDecisionEnv(workload, PRESET, variant, window, assign_one=assign_one)
     caps = _expected_caps(workload, variant)
     rng = np.random.default_rng(1)
     state, mask = env.reset()
-    intervals = 0
+    intervals, before = 0, None
     while not env.done and intervals < 40:
         jobs = env.cluster.jobs
         active = [j for j in range(len(workload)) if jobs.submit[j] <= env.cluster.time and jobs.completion[j] < 0]
@@ -85,6 +87,9 @@ def test_masks_follow_the_caps_the_free_gpus_and_the_window(variant):
                 assert mask[k] == (given[k] < caps[j] and free > 0)
             else:
                 assert not state[k].any() and not mask[k], "an empty slot is all zero and masked"
+        if env.decisions is not before:  # an interval's first question: what it gave before asking
+            starts = [int(assign_one and caps[j] > 0) for j in in_window] + [0] * (window - len(in_window))
+            assert given.tolist() == starts, "one GPU to each window job first (64 GPUs suffice), or none"
         # mostly "+1" to the first legal job, so that jobs reach their caps
         legal = np.flatnonzero(mask[:window])
         action = int(legal[0]) if rng.random() < 0.9 and len(legal) else window
@@ -135,17 +140,18 @@ def test_reward_is_the_progress_the_interval_gained(variant):
     assert total == pytest.approx(len(workload)), "every job's progress goes from 0 to 1"
 
 
+@pytest.mark.parametrize("assign_one", [False, True])
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_an_episode_is_the_worlds_own_run_of_the_same_decisions(variant):
+def test_an_episode_is_the_worlds_own_run_of_the_same_decisions(variant, assign_one):
     workload = _workload(12)
-    env = PolluxDecisionEnv(workload, PRESET, variant, 6)
+    env = PolluxDecisionEnv(workload, PRESET, variant, 6, assign_one=assign_one)
     decide = _random_decide(7)
     state, mask = env.reset()
     done = False
     while not done:
         state, mask, _, done = env.step(decide(state, mask))
     ours = env.result()
-    world = simulate(workload, DL2PolluxPolicy(_random_decide(7), variant, 6), PRESET)
+    world = simulate(workload, DL2PolluxPolicy(_random_decide(7), variant, 6, assign_one=assign_one), PRESET)
     assert np.array_equal(ours.completion, world.completion) and (ours.completion > workload.time).all()
     assert np.array_equal(ours.restarts, world.restarts)
     assert np.array_equal(ours.gpus_used, world.gpus_used) and np.array_equal(ours.running, world.running)
@@ -168,14 +174,43 @@ def test_same_actions_same_episode_bit_for_bit():
     assert np.array_equal(runs[0][0], runs[1][0]) and np.array_equal(runs[0][1], runs[1][1])
 
 
-@pytest.mark.parametrize("teacher, load, number", [("optimus", "", 3), ("optimus", "2.0", 7), ("tiresias", "", 3)])
-def test_a_teacher_forced_episode_reproduces_the_teachers_run(teacher, load, number):
+@pytest.mark.parametrize("teacher, load, number, assign_one", [
+    ("optimus", "", 3, False), ("optimus", "2.0", 7, False), ("tiresias", "", 3, False),
+    ("optimus", "", 3, True), ("optimus", "2.0", 7, True)])  # Optimus+Oracle's own first step is assign_one's
+def test_a_teacher_forced_episode_reproduces_the_teachers_run(teacher, load, number, assign_one):
     workload = _workload(20, load, number)
-    states, masks, actions, run = teacher_forced(workload, PRESET, teacher, "tuned", window=20)
+    states, masks, actions, run = teacher_forced(workload, PRESET, teacher, "tuned", window=20, assign_one=assign_one)
     own = simulate(workload, make_policy(teacher), PRESET)
     assert np.array_equal(run.completion, own.completion) and np.array_equal(run.restarts, own.restarts)
     assert masks[np.arange(len(actions)), actions].all(), "every demonstrated action is legal"
     assert len(states) == len(masks) == len(actions) and states.shape[1:] == (20, len(JOB_FEATURES))
+
+
+def test_with_assign_one_the_teacher_gives_only_the_gpus_beyond_one_each():
+    workload = _workload(20, "2.0", 7)
+    plain = teacher_forced(workload, PRESET, "optimus", "tuned", window=20)
+    states, masks, actions, run = teacher_forced(workload, PRESET, "optimus", "tuned", window=20, assign_one=True)
+    assert np.array_equal(run.completion, plain[3].completion), "the same allocations"
+    given = JOB_FEATURES.index("GPUs given")
+    assert (states[:, :, given][states[:, :, 0] > 0] >= 1).all(), "every window job holds one before any decision"
+    assert masks[np.arange(len(actions)), actions].all()
+    assert (actions < 20).sum() < (plain[2] < 20).sum(), "the decisions leave out the GPUs given first"
+
+
+def test_assign_one_gives_one_gpu_each_in_window_order_while_gpus_last():
+    two_gpus = PolluxPreset("small", 1, 2, 60, 30)
+    env = PolluxDecisionEnv(_workload(8), two_gpus, "tuned", 4)
+    env.reset()
+    while len(env.view.active) < 4:
+        env.step(4)
+    view = env.view
+    interval = IntervalDecisions(view, np.array([0, 3, 1, 2, 2, 2, 2, 2]), 4, assign_one=True)
+    assert interval.given.tolist() == [0, 1, 1, 0], "cap 0 excepted; two GPUs, so the fourth gets none"
+    assert not interval.open and not interval.mask[:4].any(), "no GPU left: nothing to ask"
+    assert sorted(len(n) for n in interval.allocations().values()) == [1, 1]
+    one_left = IntervalDecisions(view, np.array([0, 0, 3, 2, 2, 2, 2, 2]), 3, assign_one=True)
+    assert one_left.given.tolist() == [0, 0, 1] and one_left.mask.tolist() == [False, False, True, True]
+    assert one_left.state[:3, JOB_FEATURES.index("GPUs given")].tolist() == [0, 0, 1] and one_left.open
 
 
 def test_teacher_decisions_concatenate_workloads_and_stop_with_void():

@@ -207,13 +207,26 @@ def test_the_baselines_are_the_published_grids_average_jcts():
     assert len(baselines) == 32  # 4 loads x 8 workloads
 
 
-def test_an_interval_ends_where_the_environment_opens_the_next(tiny_workload):
-    env = PolluxDecisionEnv(tiny_workload, PRESET, TINY.variant, TINY.window)
+@pytest.mark.parametrize("assign_one", [False, True])
+def test_an_interval_ends_where_the_environment_opens_the_next(tiny_workload, assign_one):
+    env = PolluxDecisionEnv(tiny_workload, PRESET, TINY.variant, TINY.window, assign_one=assign_one)
     state, mask = env.reset()
-    state, mask, reward, _ = env.step(int(np.flatnonzero(mask[:-1])[0]))  # +1 GPU: the interval goes on
-    assert not interval_ended(state) and reward == 0.0
-    state, mask, reward, _ = env.step(TINY.window)  # void: the next interval's decisions
-    assert interval_ended(state) and reward > 0.0
+    assert interval_ended(state, assign_one)
+    decide = np.random.default_rng(2)
+    for _ in range(200):  # random decisions: the rule agrees with the environment's own interval
+        before = env.decisions
+        state, mask, reward, done = env.step(int(decide.choice(np.flatnonzero(mask))))
+        opened = done or env.decisions is not before
+        assert interval_ended(state, assign_one) == opened and (reward == 0.0 or opened)
+        if done:
+            break
+
+
+def test_runs_assign_one_gpu_first_unless_an_old_checkpoint_says_otherwise():
+    assert PolluxTrainSettings().assign_one
+    old = {k: v for k, v in TINY.to_dict().items() if k != "assign_one"}  # written before the setting existed
+    assert not PolluxTrainSettings.from_dict(old).assign_one
+    assert PolluxTrainSettings.from_dict(TINY.to_dict()) == TINY
 
 
 @pytest.mark.slow

@@ -159,6 +159,42 @@ def cmd_publish(args: argparse.Namespace) -> None:
     print(f"published {', '.join(axes)} into {data_dir / 'published' / 'ablations'} (ablate-{args.group}.json)")
 
 
+POLLUX_TRAIN_FLAGS = ("teacher", "variant", "window", "assign_one", "train_load", "train_seeds", "sl_epochs", "ppo_updates",
+                      "num_envs", "rollout_length", "eval_loads", "eval_workloads")  # PolluxTrainSettings keys, as --flags
+
+
+def cmd_pollux_train(args: argparse.Namespace) -> None:
+    from dataclasses import replace
+
+    from dl2.learn.pollux import runs
+    from dl2.paths import write_csv_atomic, write_json_atomic
+    from dl2.pollux.grid import load_name
+    from dl2.stages import load_stage
+
+    config = load_stage("pollux-dl2", args.params, {"pollux_dl2": {"scale": args.scale}} if args.scale else None).config
+    changes = {key: getattr(args, key) for key in POLLUX_TRAIN_FLAGS if getattr(args, key) is not None}
+    try:
+        changes["eval_loads"] = tuple(load_name(x) for x in changes.get("eval_loads", config.settings.eval_loads))
+    except Dl2Error as exc:
+        raise Dl2Error(f"--eval-loads: {exc}") from None
+    try:
+        settings = replace(config.settings, **{k: tuple(v) if isinstance(v, list) else v for k, v in changes.items()})
+    except Dl2Error as exc:  # the settings name the key: name its flag
+        key, _, why = str(exc).partition(": ")
+        raise Dl2Error(f"--{key.replace('_', '-')}: {why}" if key in POLLUX_TRAIN_FLAGS else str(exc)) from None
+    seeds = tuple(args.seed) if args.seed else config.seeds
+    if any(seed < 0 for seed in seeds):
+        raise Dl2Error(f"--seed: expected seeds >= 0, got {list(seeds)}")
+    results = runs.train_seeds(settings, config.preset, seeds, args.out / "runs", progress=not args.quiet)
+    evaluation = runs.evaluations(results)
+    cells = runs.cells_table(evaluation)
+    loads = runs.loads_table(cells)
+    for name, frame in (("evaluation", evaluation), ("cells", cells), ("loads", loads)):
+        write_csv_atomic(args.out / f"{name}.csv", frame)
+    write_json_atomic(args.out / "metrics.json", runs.stage_metrics(cells, loads, seeds))
+    print(cells.to_string(index=False))
+
+
 SEPARATE_BENCHMARKS = {  # flag: (module, function, default output); each function takes the output path
     "bound": ("dl2.bench_bound", "bound_benchmark", "bench-bound.json"),
     "score": ("dl2.bench_score", "score_benchmark", "bench-score.json"),
@@ -265,6 +301,30 @@ def build_parser() -> argparse.ArgumentParser:
     stage.add_argument("--params", type=Path, default=None)
     stage.add_argument("--data-dir", type=Path, default=None)
     stage.set_defaults(func=cmd_stage)
+
+    ptrain = sub.add_parser("pollux-train", help="train DL2 in the Pollux world (SL on a teacher's decisions, PPO) and run it "
+                                                 "greedily on the artifact's workloads beside the published baselines; "
+                                                 "params.yaml's pollux_dl2 settings, changed by the flags")
+    ptrain.add_argument("--params", type=Path, default=None, help="params file (default: the project's params.yaml)")
+    ptrain.add_argument("--scale", choices=("reduced", "full"), default=None, help="default: the file's pollux_dl2.scale")
+    ptrain.add_argument("--seed", type=int, action="append", default=None, help="a training seed (repeat for more; "
+                                                                                "default: the scale's seeds)")
+    ptrain.add_argument("--out", type=Path, default=Path("pollux-dl2"), help="output folder (default: pollux-dl2)")
+    ptrain.add_argument("--teacher", default=None, help="optimus or tiresias")
+    ptrain.add_argument("--variant", default=None, help="tuned or pollux-batch")
+    ptrain.add_argument("--window", type=int, default=None, help="jobs the agent sees and decides for")
+    ptrain.add_argument("--assign-one", action=argparse.BooleanOptionalAction, default=None,
+                        help="each interval first gives every window job one GPU")
+    ptrain.add_argument("--train-load", type=float, default=None, help="training workloads' jobs, as the artifact's at this load")
+    ptrain.add_argument("--train-seeds", type=int, nargs="+", default=None, help="the Philly generator's seeds (not 1..8)")
+    ptrain.add_argument("--sl-epochs", type=int, default=None)
+    ptrain.add_argument("--ppo-updates", type=int, default=None)
+    ptrain.add_argument("--num-envs", type=int, default=None)
+    ptrain.add_argument("--rollout-length", type=int, default=None)
+    ptrain.add_argument("--eval-loads", type=float, nargs="+", default=None, help="relative loads: 0.5 1.0 1.5 2.0")
+    ptrain.add_argument("--eval-workloads", type=int, nargs="+", default=None, help="the artifact's workloads: 1..8")
+    ptrain.add_argument("--quiet", action="store_true", help="no progress bars")
+    ptrain.set_defaults(func=cmd_pollux_train)
 
     publish = sub.add_parser("publish", help="copy an ablate stage's full-scale axes, a kind testbed run or the Pollux world's "
                                              "full grid into data/published")

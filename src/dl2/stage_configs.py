@@ -4,8 +4,9 @@ missing). One builder per notebook; errors name the file and the key."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +14,7 @@ from dl2.config import Checked, bounded, checked, choice, section, typed
 from dl2.distributed.executor import Executor
 from dl2.errors import Dl2Error
 from dl2.learn.ablations.plan import AblationPlan, ablation_settings, group_plans
+from dl2.learn.pollux.settings import PolluxTrainSettings
 from dl2.learn.settings import FinetunePlan, FinetuneRuns, LearnSettings, PretrainConfig, finetune_plan, learn_settings, pretrain_config
 from dl2.pollux.grid import Cell, load_name, plan
 from dl2.pollux.policies import POLICIES as POLLUX_POLICIES
@@ -93,6 +95,37 @@ class PolluxParams(Checked):
         return plan(self.policies, self.loads, self.workloads, self.seeds)
 
 
+@dataclass(frozen=True)
+class PolluxDl2Params(Checked):
+    """The `pollux_dl2` section: DL2 trained and evaluated greedily in the Pollux world (issue 35)."""
+
+    preset: str  # a preset of the pollux world
+    scale: str = choice("reduced", "full")  # reduced: `reduced`'s keys replace `run`'s, `reduced_seeds` the seeds
+    seeds: tuple[int, ...] = bounded(at_least=0)  # one training run per seed
+    reduced_seeds: tuple[int, ...] = bounded(at_least=0)
+    run: dict  # every key of `dl2.learn.pollux.settings.PolluxTrainSettings`, at the full scale
+    reduced: dict  # some of those keys, at the reduced scale
+
+
+def pollux_train_settings(values: Mapping[str, Any], where: str, prefix: str, complete: bool) -> PolluxTrainSettings:
+    """`PolluxTrainSettings` from a mapping of its keys (every one of them if `complete`), loads as numbers;
+    errors name the file and `prefix.key`."""
+    values = dict(values)
+    if complete:
+        missing = [f.name for f in dataclasses.fields(PolluxTrainSettings) if f.name not in values]
+        if missing:
+            raise Dl2Error(f"{where}: {prefix}.{missing[0]} is missing")
+    if "eval_loads" in values:
+        loads = values["eval_loads"]
+        if not isinstance(loads, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in loads):
+            raise Dl2Error(f"{where}: {prefix}.eval_loads: expected a list of relative loads, got {loads!r}")
+        try:
+            values["eval_loads"] = [load_name(float(x)) for x in loads]
+        except Dl2Error as exc:
+            raise Dl2Error(f"{where}: {prefix}.eval_loads: {exc}") from None
+    return typed(PolluxTrainSettings, values, where, prefix)
+
+
 def pool_size(workers: int, scale: str) -> int:
     """The processes a stage runs its cells in: `workers`, or for 0 one per core, but one (the stage's own) at the
     reduced scale, whose few cells take seconds each: a pool's processes would cost more to start (torch's
@@ -159,6 +192,14 @@ class PolluxBaselinesStage:
     @property
     def workers(self) -> int:
         return pool_size(self.pollux.workers, self.pollux.scale)
+
+
+@dataclass(frozen=True)
+class PolluxDl2Stage:
+    preset: PolluxPreset
+    pollux_dl2: PolluxDl2Params
+    settings: PolluxTrainSettings  # at the stage's scale
+    seeds: tuple[int, ...]  # at the stage's scale
 
 
 @dataclass(frozen=True)
@@ -234,6 +275,17 @@ def _pollux_baselines(params: dict, where: str, name: str) -> PolluxBaselinesSta
     return PolluxBaselinesStage(preset, pollux, _executor(params, where))
 
 
+def _pollux_dl2(params: dict, where: str, name: str) -> PolluxDl2Stage:
+    section_ = typed(PolluxDl2Params, section(params, "pollux_dl2", where), where, "pollux_dl2")
+    preset = preset_named(section_.preset, presets_from(params, where), f"{where}: pollux_dl2.preset", world=POLLUX)
+    settings = pollux_train_settings(section_.run, where, "pollux_dl2.run", complete=True)
+    pollux_train_settings(section_.reduced, where, "pollux_dl2.reduced", complete=False)
+    if section_.scale == "full":
+        return PolluxDl2Stage(preset, section_, settings, section_.seeds)
+    reduced = pollux_train_settings({**section_.run, **section_.reduced}, where, "pollux_dl2.reduced", complete=True)
+    return PolluxDl2Stage(preset, section_, reduced, section_.reduced_seeds)
+
+
 def _reproduction(params: dict, where: str, name: str) -> ReproductionStage:
     report = typed(ReportParams, section(params, "report", where), where, "report")
     if name.endswith("-published"):
@@ -247,5 +299,5 @@ def _reproduction(params: dict, where: str, name: str) -> ReproductionStage:
 BUILDERS: dict[str, Callable[[dict, str, str], Any]] = {  # notebook -> builder(params, file, stage name)
     "traces": _traces, "baselines": _baselines, "report": _report, "pretrain": _pretrain,
     "finetune": _finetune, "evaluate": _evaluate, "ablate": _ablate, "reproduction": _reproduction,
-    "pollux-baselines": _pollux_baselines,
+    "pollux-baselines": _pollux_baselines, "pollux-dl2": _pollux_dl2,
 }

@@ -2,7 +2,10 @@
 and the policy (all of them inside `allocate`), so both allocate alike by construction.
 
 The interval starts from an empty allocation. The window holds the first `window` active jobs in workload
-(arrival) order; an action k < window gives window job k one more GPU, action `window` is void. "+1" is
+(arrival) order. With `assign_one`, each window job first gets one GPU, in window order while GPUs last
+(a job whose cap is 0 excepted), as DL2's PS/worker `assign_bundle` gives every job a bundle before the
+policy acts and as Optimus+Oracle's own first step does; the policy then decides the further GPUs. An
+action k < window gives window job k one more GPU, action `window` is void. "+1" is
 legal while the job is below its GPU cap and a GPU is free; void, an illegal action, or no legal "+1" left
 ends the interval's decisions. Placement is the world's own (Optimus's and Tiresias's in the artifact,
 `dl2.pollux.policies.placement`): a job given as many GPUs as it holds keeps its nodes (no restart); the
@@ -107,9 +110,10 @@ def _fill_epochs_fraction(app: np.ndarray, epoch: np.ndarray, progress: np.ndarr
 
 
 class IntervalDecisions:
-    """The decisions of the interval that `view` opens: `state`, `mask`, `step(action)`, then `allocations()`."""
+    """The decisions of the interval that `view` opens: `state`, `mask`, `step(action)`, then `allocations()`
+    (`open` False from the start: nothing left to decide, `allocations()` is the interval's already)."""
 
-    def __init__(self, view: ClusterView, caps: np.ndarray, window: int):
+    def __init__(self, view: ClusterView, caps: np.ndarray, window: int, assign_one: bool = False):
         self.view, self.window = view, window
         self.jobs_in_window = view.active[:window]
         n = len(self.jobs_in_window)
@@ -126,11 +130,19 @@ class IntervalDecisions:
         self.state[:n, HELD] = self.held
         self.state[:n, RESTARTS] = np.maximum(jobs.restarts[idx], 0)
         self.state[:n, ATTAINED] = jobs.attained[idx]
+        if assign_one:
+            self._assign_one()
         self.mask = np.zeros(window + 1, dtype=np.bool_)
-        self.mask[:n] = self.caps > 0
+        self.mask[:n] = (self.given < self.caps) & (self.free > 0)
         self.mask[window] = True
         self.legal = int(self.mask[:n].sum())  # legal "+1" actions
         self.open = self.legal > 0
+
+    def _assign_one(self) -> None:
+        """One GPU to each window job whose cap allows one, in window order while GPUs last."""
+        self.given[np.flatnonzero(self.caps > 0)[: self.free]] = 1
+        self.state[: len(self.given), GIVEN] = self.given
+        self.free -= int(self.given.sum())
 
     def step(self, action: int) -> bool:
         """Apply one action; whether the interval asks for another."""

@@ -2,12 +2,14 @@
 interval the teacher (Optimus+Oracle or Tiresias, `dl2.pollux.policies`) allocates on the environment's own
 view, and its GPU count per window job becomes "+1" decisions, round robin over the window (one GPU to each
 job still below its count, in window order, again and again), then void. A count above the job's cap is cut
-to the cap; jobs outside the window get none.
+to the cap; jobs outside the window get none. With `assign_one` the interval has already given each window
+job one GPU: the decisions give only the GPUs beyond those (a job the teacher gave none keeps its one).
 
 A teacher-forced episode reproduces the teacher's own run where the window holds every active job and the
-teacher places as the environment does: exactly for Optimus+Oracle (same placement rule). Tiresias places
-started jobs in its queue order, the environment fewest GPUs first, so its runs may differ once both start
-jobs of different sizes in one interval.
+teacher places as the environment does: exactly for Optimus+Oracle (same placement rule; its first step is
+`assign_one`'s). Tiresias places started jobs in its queue order, the environment fewest GPUs first, so its
+runs may differ once both start jobs of different sizes in one interval; with `assign_one` they differ
+wherever Tiresias leaves a job waiting.
 """
 
 from __future__ import annotations
@@ -36,12 +38,12 @@ def round_robin(counts: np.ndarray, window: int) -> Iterator[int]:
     yield window
 
 
-def teacher_forced(workload: Workload, preset: PolluxPreset, teacher: str, variant: str,
-                   window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, PolluxRun]:
+def teacher_forced(workload: Workload, preset: PolluxPreset, teacher: str, variant: str, window: int,
+                   assign_one: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, PolluxRun]:
     """One episode of `teacher`'s decisions through the environment: (states, masks, actions, run)."""
     if teacher not in TEACHERS:
         raise Dl2Error(f"teacher: unknown teacher {teacher!r} (known: {', '.join(TEACHERS)})")
-    env = PolluxDecisionEnv(workload, preset, variant, window, name=f"{teacher}-forced")
+    env = PolluxDecisionEnv(workload, preset, variant, window, name=f"{teacher}-forced", assign_one=assign_one)
     policy = make_policy(teacher)
     states, masks, actions = [], [], []
     state, mask = env.reset()
@@ -49,7 +51,8 @@ def teacher_forced(workload: Workload, preset: PolluxPreset, teacher: str, varia
         interval = env.decisions
         allocation = policy.allocate(env.view)
         counts = np.array([len(allocation.get(j, ())) for j in interval.jobs_in_window.tolist()], dtype=np.int64)
-        for action in round_robin(np.minimum(counts, interval.caps), window):
+        extra = np.maximum(np.minimum(counts, interval.caps) - interval.given, 0)  # beyond what the interval gave
+        for action in round_robin(extra, window):
             states.append(state.copy())
             masks.append(mask.copy())
             actions.append(action)
@@ -60,10 +63,10 @@ def teacher_forced(workload: Workload, preset: PolluxPreset, teacher: str, varia
 
 
 def teacher_decisions(workloads: Sequence[Workload], preset: PolluxPreset, teacher: str, variant: str,
-                      window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                      window: int, assign_one: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The teacher's (raw state, mask, action) triples over every workload, concatenated:
     states (N, window, F), masks (N, window + 1), actions (N,)."""
     if not workloads:
         raise Dl2Error("workloads: teacher_decisions needs at least one workload")
-    parts = [teacher_forced(w, preset, teacher, variant, window)[:3] for w in workloads]
+    parts = [teacher_forced(w, preset, teacher, variant, window, assign_one)[:3] for w in workloads]
     return tuple(np.concatenate([p[k] for p in parts]) for k in range(3))

@@ -1,13 +1,14 @@
 """The DL2 decision environment of the Pollux world (issue 35): one workload under DL2, a decision at a time.
 
 Each 60-s interval the world first trains (`dl2.pollux.cluster.Cluster.train`, the loop of `simulate`), then
-the environment asks for decisions over a window of the active jobs (`dl2.learn.pollux.decisions`: "+1 GPU
-to window job k", masked at the job's GPU cap and when no GPU is free, or void). When the interval's
-decisions end, the world applies the placement (restarting every job whose GPUs changed) and trains the
-next interval. Intervals with nothing to decide (no active job) run without asking. The reward is paid on
-the step that ends an interval's decisions: the progress the next interval gained, summed over jobs as
-epochs gained over the job's epochs to completion (restarts cost progress, so they are paid for); other
-steps pay 0. An episode's rewards sum to the number of jobs.
+the environment asks for decisions over a window of the active jobs (`dl2.learn.pollux.decisions`: with
+`assign_one`, after one GPU to each window job; "+1 GPU to window job k", masked at the job's GPU cap and
+when no GPU is free, or void). When the interval's decisions end, the world applies the placement
+(restarting every job whose GPUs changed) and trains the next interval. Intervals with nothing to decide
+(no active job, or no legal "+1") run without asking. The reward is paid on the step that ends an
+interval's decisions: the progress the next interval gained, summed over jobs as epochs gained over the
+job's epochs to completion (restarts cost progress, so they are paid for); other steps pay 0. An
+episode's rewards sum to the number of jobs.
 """
 
 from __future__ import annotations
@@ -38,12 +39,14 @@ class PolluxDecisionEnv:
     """One workload under DL2 in the Pollux world, one decision at a time: `reset()` -> (state, mask),
     `step(action)` -> (state, mask, reward, done), `result()` after done. States are raw
     (window, NUM_JOB_FEATURES) float64 (`dl2.learn.pollux.features`); masks (window + 1,) bool, void last.
-    An episode that reaches `max_seconds` (as `simulate`'s limit) ends with `truncated` set."""
+    An episode that reaches `max_seconds` (as `simulate`'s limit) ends with `truncated` set. `assign_one`:
+    each interval first gives every window job one GPU (`dl2.learn.pollux.decisions`)."""
 
     def __init__(self, workload: Workload, preset: PolluxPreset, variant: str, window: int, name: str = "dl2",
-                 max_seconds: int = 10_000_000):
+                 max_seconds: int = 10_000_000, assign_one: bool = False):
         check_settings(variant, window)
         self.workload, self.preset, self.window, self.max_seconds = workload, preset, int(window), max_seconds
+        self.assign_one = bool(assign_one)
         self.variant = Variant(name, variant)
         self.num_actions = self.window + 1
         self._done_state = np.zeros((self.window, NUM_JOB_FEATURES))
@@ -116,12 +119,14 @@ class PolluxDecisionEnv:
             self._train()
             view = cluster.view()
             self.world_seconds += time.perf_counter() - start
+            allocations = {}
             if len(view.active):
-                self.decisions = IntervalDecisions(view, self.caps, self.window)
+                self.decisions = IntervalDecisions(view, self.caps, self.window, self.assign_one)
                 if self.decisions.open:
                     self._asked_at = time.perf_counter()
                     return True
-            cluster.apply(view, {})
+                allocations = self.decisions.allocations()  # one GPU each, with `assign_one`; else none
+            cluster.apply(view, allocations)
         return False
 
     def _train(self) -> None:

@@ -26,14 +26,16 @@ from dl2.pollux.workload import Workload
 from dl2.workload.presets import PolluxPreset
 
 
-def interval_ended(next_states: np.ndarray) -> np.ndarray:
+def interval_ended(next_states: np.ndarray, assign_one: bool = False) -> np.ndarray:
     """Whether each environment's last decision ended an interval's decisions: the state it leads to has
-    given no GPU yet (a new interval, or a new episode), where any decision inside an interval gives one."""
-    return next_states[..., GIVEN].sum(-1) == 0
+    given no job more than the interval starts with (none; one each with `assign_one`), a new interval or
+    episode, where any decision inside an interval gives a job one more (with `assign_one`, a second: an
+    interval asks only while a GPU is free, so every window job that may have one has it)."""
+    return next_states[..., GIVEN].max(-1) <= int(assign_one)
 
 
 def collect(vec: PolluxVecEnv, nets: PolluxNets, states: np.ndarray, masks: np.ndarray, steps: int, gamma: float,
-            rng: np.random.Generator) -> tuple[Rollout, np.ndarray, np.ndarray, list[float]]:
+            rng: np.random.Generator, assign_one: bool = False) -> tuple[Rollout, np.ndarray, np.ndarray, list[float]]:
     """`steps` decisions in each environment from (states, masks): the rollout (network inputs as its
     states), the states and masks it ends on, and the reward of every interval that ended."""
     n = len(states)
@@ -48,7 +50,7 @@ def collect(vec: PolluxVecEnv, nets: PolluxNets, states: np.ndarray, masks: np.n
         out.states[t], out.masks[t], out.actions[t], out.values[t] = inputs.numpy(), masks, actions, values
         out.log_probs[t] = log_probs[np.arange(n), actions]
         states, masks, rewards, dones = vec.step(actions)
-        ended = interval_ended(states) | dones
+        ended = interval_ended(states, assign_one) | dones
         out.rewards[t], out.dones[t] = rewards, dones
         out.discounts[t] = np.where(ended, gamma, 1.0)
         interval_rewards += rewards[ended].tolist()
@@ -59,15 +61,15 @@ def collect(vec: PolluxVecEnv, nets: PolluxNets, states: np.ndarray, masks: np.n
 def finetune(nets: PolluxNets, workloads: Sequence[Workload], preset: PolluxPreset, settings: PolluxTrainSettings,
              rng: np.random.Generator, progress: bool = False) -> pd.DataFrame:
     """`settings.ppo_updates` rollouts and clipped updates; one history row per update."""
-    envs = [PolluxDecisionEnv(workloads[k % len(workloads)], preset, settings.variant, settings.window)
-            for k in range(settings.num_envs)]
+    envs = [PolluxDecisionEnv(workloads[k % len(workloads)], preset, settings.variant, settings.window,
+                              assign_one=settings.assign_one) for k in range(settings.num_envs)]
     vec = PolluxVecEnv(envs, workloads)
     states, masks = vec.reset()
     optimizer = torch.optim.Adam(nets.parameters(), lr=settings.lr)
     history, episodes = [], 0
     for update in tqdm(range(1, settings.ppo_updates + 1), desc="PPO", unit="update", disable=not progress):
         rollout, states, masks, interval_rewards = collect(vec, nets, states, masks, settings.rollout_length,
-                                                           settings.gamma, rng)
+                                                           settings.gamma, rng, settings.assign_one)
         adv = advantages(rollout, settings.gae_lambda)
         returns = adv + rollout.values[:-1]
         count = rollout.actions.size

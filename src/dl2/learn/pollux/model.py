@@ -51,9 +51,17 @@ class PolluxNets:
         return self.value(inputs).squeeze(-1).numpy()
 
     def greedy(self) -> Callable[[np.ndarray, np.ndarray], int]:
-        """decide(state, mask) -> the most likely legal action, for `DL2PolluxPolicy`."""
+        """decide(state, mask) -> the most likely legal action, for `DL2PolluxPolicy`: `log_probs`'s
+        computation on one state, under inference mode and without its per-call set-up (a decision is one
+        small forward pass, so the set-up cost as much as the pass)."""
+        policy = self.policy
+
         def decide(state: np.ndarray, mask: np.ndarray) -> int:
-            return int(np.argmax(self.log_probs(self.inputs(state[None]), np.asarray(mask, dtype=bool)[None])[0]))
+            if policy.training:
+                policy.eval()
+            with torch.inference_mode():
+                log_probs = masked_log_probs(policy(self.inputs(state[None])), torch.from_numpy(np.asarray(mask, dtype=bool)[None]))
+            return int(np.argmax(log_probs.numpy()[0]))
         return decide
 
     def state_dicts(self) -> dict[str, dict]:

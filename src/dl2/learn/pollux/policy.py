@@ -15,11 +15,12 @@ Decide = Callable[[np.ndarray, np.ndarray], int]  # (raw window state, legal act
 
 class DL2PolluxPolicy:
     """A `dl2.pollux.cluster.PolluxPolicy` that asks `decide(state, mask)` for one action at a time over a
-    window of `window` jobs, as `dl2.learn.pollux.env.PolluxDecisionEnv` does, under `variant`."""
+    window of `window` jobs, as `dl2.learn.pollux.env.PolluxDecisionEnv` does, under `variant` (with
+    `assign_one`, after one GPU to each window job)."""
 
-    def __init__(self, decide: Decide, variant: str, window: int, name: str = "dl2"):
+    def __init__(self, decide: Decide, variant: str, window: int, name: str = "dl2", assign_one: bool = False):
         check_settings(variant, window)
-        self.decide, self.window, self.name = decide, int(window), name
+        self.decide, self.window, self.name, self.assign_one = decide, int(window), name, bool(assign_one)
         self.variant = Variant(name, variant)
         self.fits_models = self.variant.fits_models
         self._caps: np.ndarray | None = None
@@ -31,7 +32,7 @@ class DL2PolluxPolicy:
     def allocate(self, view: ClusterView) -> Allocations:
         if view.workload is not self._workload:
             self._workload, self._caps = view.workload, self.variant.caps(view.workload)
-        decisions = IntervalDecisions(view, self._caps, self.window)
+        decisions = IntervalDecisions(view, self._caps, self.window, self.assign_one)
         while decisions.open:
             decisions.step(int(self.decide(decisions.state, decisions.mask)))
         return decisions.allocations()

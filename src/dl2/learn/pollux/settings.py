@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 
 from dl2.errors import Dl2Error
 from dl2.learn.architecture import NET_PRESETS
+from dl2.learn.pollux.decisions import VARIANTS
 
 TEACHERS = ("optimus", "tiresias")
 JOBS_AT_UNIT_LOAD = 160  # the artifact's workloads hold round(160 * load) jobs
@@ -20,6 +21,7 @@ class PolluxTrainSettings:
     teacher: str = "optimus"
     variant: str = "tuned"
     window: int = 20
+    assign_one: bool = True  # each interval first gives every window job one GPU (dl2.learn.pollux.decisions)
     network: str = "per-job"
     hidden: tuple[int, ...] = (128, 128)
     train_load: float = 1.0
@@ -44,6 +46,11 @@ class PolluxTrainSettings:
     def __post_init__(self):
         if self.teacher not in TEACHERS:
             raise Dl2Error(f"teacher: expected one of {', '.join(TEACHERS)}, got {self.teacher!r}")
+        if self.variant not in VARIANTS:
+            raise Dl2Error(f"variant: expected one of {', '.join(VARIANTS)}, got {self.variant!r}")
+        bad = sorted(set(self.eval_workloads) - set(SHIPPED_SEEDS))
+        if bad:
+            raise Dl2Error(f"eval_workloads: the artifact ships workloads 1..8, got {bad}")
         if self.network not in NET_PRESETS:
             raise Dl2Error(f"network: expected one of {', '.join(NET_PRESETS)}, got {self.network!r}")
         shipped = sorted(set(self.train_seeds) & set(SHIPPED_SEEDS))
@@ -74,4 +81,6 @@ class PolluxTrainSettings:
 
     @classmethod
     def from_dict(cls, data: dict) -> PolluxTrainSettings:
+        """`to_dict`'s data back (a checkpoint written before `assign_one` existed ran without it)."""
+        data = {"assign_one": False, **data}
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})

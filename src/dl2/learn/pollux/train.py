@@ -65,7 +65,8 @@ def _train(settings: PolluxTrainSettings, preset: PolluxPreset, seed: int, out_d
     rng = np.random.default_rng(seed)
     nets = PolluxNets(pollux_net_config(settings))
     workloads = training_workloads(settings)
-    states, masks, actions = teacher_decisions(workloads, preset, settings.teacher, settings.variant, settings.window)
+    states, masks, actions = teacher_decisions(workloads, preset, settings.teacher, settings.variant, settings.window,
+                                               settings.assign_one)
     seconds["demonstrations"] = time.perf_counter() - clock
 
     clock = time.perf_counter()
@@ -81,7 +82,8 @@ def _train(settings: PolluxTrainSettings, preset: PolluxPreset, seed: int, out_d
         save_checkpoint(out_dir / "finetuned.pt", nets, settings, "finetuned", seed)
 
     clock = time.perf_counter()
-    evaluation = evaluate_greedy(nets, preset, settings.variant, settings.eval_loads, settings.eval_workloads, progress)
+    evaluation = evaluate_greedy(nets, preset, settings.variant, settings.eval_loads, settings.eval_workloads, progress,
+                                 assign_one=settings.assign_one)
     comparison = beside_baselines(evaluation)
     seconds["evaluate"] = time.perf_counter() - clock
     if out_dir is not None:
