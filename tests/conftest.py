@@ -57,6 +57,18 @@ def pytest_sessionfinish(session):
         build.wait()
 
 
+@pytest.fixture
+def one_torch_thread():
+    """Torch on one thread for the test, restored after: a training run pins its thread count, on which the
+    weights depend (a module opts in with `pytestmark = pytest.mark.usefixtures("one_torch_thread")`)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def paper() -> Scenario:
     return Scenario(get_preset("paper"))

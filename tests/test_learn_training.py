@@ -49,12 +49,7 @@ def _traces(scenario, n, seed=0):
     return [generate_trace(scenario.preset, scenario.catalog, s) for s in np.random.SeedSequence(seed).spawn(n)]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest: weights depend on the thread count
 
 
 # --- pretraining -------------------------------------------------------------------------------------

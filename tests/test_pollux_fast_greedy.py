@@ -24,12 +24,7 @@ PRESET = PolluxPreset("pollux", 16, 4, 60, 30)
 SETTINGS = PolluxTrainSettings(window=6, hidden=(32, 32), train_seeds=(101,), sl_epochs=3, sl_batch_size=64, sl_lr=3e-3)
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest: weights depend on the thread count
 
 
 @pytest.fixture(scope="module")

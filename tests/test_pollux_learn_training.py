@@ -98,13 +98,7 @@ TINY = PolluxTrainSettings(window=4, hidden=(32, 32), train_seeds=(101,), sl_epo
                            ppo_updates=2, num_envs=2, rollout_length=32, ppo_epochs=2, ppo_batch_size=32)
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """As a run pins it (`settings.threads`): the weights depend on torch's thread count."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest: weights depend on the thread count
 
 
 @pytest.fixture(scope="module")
