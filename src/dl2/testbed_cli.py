@@ -194,7 +194,7 @@ def cmd_testbed_check(args: argparse.Namespace) -> None:
         raise Dl2Error(f"--restart-seconds: at least 0, got {args.restart_seconds}")
     result = run_check(validation[: args.traces], measured, heuristics, learned, args.repeats, args.out, args.folder, log=_log,
                        restart_seconds=args.restart_seconds)
-    print(json.dumps({k: v for k, v in result.items() if k != "table"}, indent=2))
+    print(json.dumps({k: v for k, v in result.items() if k != "policies"} | {"policies": list(result["policies"])}, indent=2))
 
 
 def _configuration(text: str) -> tuple[int, int]:

@@ -77,13 +77,15 @@ def startup_seconds(slots: pd.DataFrame) -> pd.DataFrame:
 
 
 def verdict(table: pd.DataFrame) -> dict:
-    """Whether the simulator passes the check on `check_table`'s rows, criterion by criterion."""
+    """Whether the simulator passes the check on `check_table`'s rows, criterion by criterion, and each policy's row
+    (by policy: a DVC metric)."""
     within = bool(table.within.all())
     jobs_ok = bool((table.median_job_error < JOB_ERROR_LIMIT).all())
     same_ranking = bool((table.rank_kind == table.rank_sim).all())
     return {"jct_tolerance": JCT_TOLERANCE, "job_error_limit": JOB_ERROR_LIMIT, "every_policy_within": within,
             "median_job_error_below_limit": jobs_ok, "same_ranking": same_ranking, "passed": within and jobs_ok and same_ranking,
-            "largest_error": float(table.error.abs().max()), "policies": table.policy.tolist()}
+            "largest_error": float(table.error.abs().max()),
+            "policies": {row.pop("policy"): row for row in table.to_dict(orient="records")}}
 
 
 def markdown(table: pd.DataFrame, verdict_: Mapping) -> str:
@@ -128,8 +130,7 @@ def run_check(traces: Sequence[Trace], scenario: Scenario, heuristics: Sequence[
     table, starts = check_table(jobs), startup_seconds(slots)
     result = {**verdict(table), "traces": len(traces), "repeats": repeats, "preset": scenario.preset.name,
               "restart_seconds": predicting(scenario).preset.restart_seconds, "slot_seconds": scenario.preset.slot_seconds,
-              "startup_seconds_median": float(starts.seconds.median()) if len(starts) else None, "starts": len(starts),
-              "table": table.to_dict(orient="records")}
+              "startup_seconds_median": float(starts.seconds.median()) if len(starts) else None, "starts": len(starts)}
     out.mkdir(parents=True, exist_ok=True)
     write_outputs(out, jobs, slots)
     write_text_atomic(out / "startup.csv", starts.to_csv(index=False))
