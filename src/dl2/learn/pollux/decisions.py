@@ -38,7 +38,7 @@ from dl2.pollux import kernels
 from dl2.pollux.apps import load_applications
 from dl2.pollux.cluster import Allocations, ClusterView
 from dl2.pollux.policies.optimus import gpu_limit
-from dl2.pollux.policies.placement import free_gpus, place_on_most_free
+from dl2.pollux.policies.placement import keep_or_place
 from dl2.pollux.policies.pollux import chosen_batch_sizes
 from dl2.pollux.workload import MAX_REPLICAS, Workload
 
@@ -163,12 +163,6 @@ class IntervalDecisions:
 
     def allocations(self) -> Allocations:
         """The interval's node per GPU of every job given GPUs, placed by the world's rule."""
-        view, held = self.view, self.view.allocations
-        window_jobs = self.jobs_in_window.tolist()
-        kept = {j: held[j] for k, j in enumerate(window_jobs) if self.given[k] and self.given[k] == self.held[k]}
-        room = free_gpus(view.num_nodes, view.gpus_per_node, kept)
-        for k in sorted(range(len(window_jobs)), key=self.given.__getitem__):
-            j = window_jobs[k]
-            if self.given[k] and j not in kept:
-                kept[j] = place_on_most_free(room, int(self.given[k]))
-        return kept
+        view = self.view
+        counts = dict(zip(self.jobs_in_window.tolist(), self.given.tolist()))  # window (arrival) order
+        return keep_or_place(view.allocations, counts, view.num_nodes, view.gpus_per_node)

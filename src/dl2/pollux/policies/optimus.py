@@ -13,7 +13,7 @@ import numpy as np
 from dl2.pollux import kernels
 from dl2.pollux.apps import APP_NAMES, Application, load_applications
 from dl2.pollux.cluster import Allocations, ClusterView
-from dl2.pollux.policies.placement import free_gpus, place_on_most_free
+from dl2.pollux.policies.placement import keep_or_place
 from dl2.pollux.workload import Workload
 
 _NCF = APP_NAMES.index("ncf")
@@ -81,9 +81,4 @@ class Optimus:
             replicas[j] += 1
             gains[j] = gain(j, replicas[j], free)
             free -= 1
-        kept = {j: nodes for j, nodes in view.allocations.items() if len(nodes) == replicas[j]}
-        room = free_gpus(view.num_nodes, view.gpus_per_node, kept)
-        for j in sorted(replicas, key=replicas.__getitem__):
-            if replicas[j] > 0 and not kept.get(j):
-                kept[j] = place_on_most_free(room, replicas[j])
-        return kept
+        return keep_or_place(view.allocations, replicas, view.num_nodes, view.gpus_per_node)

@@ -24,3 +24,15 @@ def place_on_most_free(free: dict[int, int], count: int) -> list[int]:
         nodes += [node] * take
         free[node] -= take
     return nodes
+
+
+def keep_or_place(held: Allocations, counts: dict[int, int], num_nodes: int, gpus_per_node: int) -> Allocations:
+    """The artifact's placement of `counts` GPUs per job (as Optimus+Oracle places them): a job given as many GPUs
+    as it holds keeps its nodes; the others, fewest GPUs first (the order of `counts` on a tie), take the nodes
+    with the most free GPUs. Jobs given none hold nothing."""
+    kept = {j: nodes for j, nodes in held.items() if counts.get(j, 0) and len(nodes) == counts[j]}
+    room = free_gpus(num_nodes, gpus_per_node, kept)
+    for j in sorted(counts, key=counts.__getitem__):
+        if counts[j] > 0 and j not in kept:
+            kept[j] = place_on_most_free(room, counts[j])
+    return kept
