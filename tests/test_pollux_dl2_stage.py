@@ -1,10 +1,9 @@
-"""The `pollux-dl2` stage and `dl2 pollux-train` (issue 35): the settings at each scale from params.yaml's
-`pollux_dl2` section, errors that name the key or the flag, and the tables set beside the baselines."""
+"""The `pollux-dl2` stage and `dl2 pollux-train` (issue 35): the settings of each variant at each scale from
+params.yaml's `pollux_dl2` section, errors that name the key or the flag, and DL2's runs as one summary."""
 
 from __future__ import annotations
 
 import copy
-import math
 
 import numpy as np
 import pandas as pd
@@ -14,8 +13,9 @@ import yaml
 from dl2.cli import main
 from dl2.config import load_params
 from dl2.errors import Dl2Error
-from dl2.learn.pollux.runs import cells_table, loads_table, stage_metrics
+from dl2.learn.pollux import runs
 from dl2.learn.pollux.settings import SHIPPED_SEEDS, PolluxTrainSettings
+from dl2.learn.pollux.train import PolluxTrainResult
 from dl2.paths import repo_root
 from dl2.stages import load_stage
 
@@ -34,17 +34,20 @@ def _stage(tmp_path, change=None, **overrides):
 def test_the_full_scale_is_the_issues_run_and_the_reduced_one_replaces_only_its_keys(tmp_path):
     section = PARAMS["pollux_dl2"]
     full = _stage(tmp_path, scale="full")
-    assert full.seeds == (0, 1, 2) and len(full.settings.train_seeds) == 8
-    assert len(full.settings.eval_loads) * len(full.settings.eval_workloads) == 32
-    assert not set(full.settings.train_seeds) & set(SHIPPED_SEEDS)
+    assert full.seeds == (0, 1, 2) and [s.variant for s in full.settings] == ["tuned", "pollux-batch"]
+    assert all(s.to_dict() == {**full.settings[0].to_dict(), "variant": s.variant} for s in full.settings)
+    assert len(full.settings[0].train_seeds) == 8
+    assert len(full.settings[0].eval_loads) * len(full.settings[0].eval_workloads) == 32
+    assert not set(full.settings[0].train_seeds) & set(SHIPPED_SEEDS)
     reduced = _stage(tmp_path, scale="reduced")
-    assert reduced.seeds == tuple(section["reduced_seeds"])
-    for key in PolluxTrainSettings().to_dict():
-        expected = section["reduced"].get(key, section["run"][key])
-        if key == "eval_loads":
-            expected = [f"{x:.1f}" for x in expected]
-        assert reduced.settings.to_dict()[key] == expected, key
-    assert reduced.settings.eval_loads == ("0.5",) and reduced.settings.eval_workloads == (5,)  # pollux-baselines' cell
+    assert reduced.seeds == tuple(section["reduced_seeds"]) and len(reduced.settings) == 2
+    for settings in reduced.settings:
+        for key in PolluxTrainSettings().to_dict():
+            expected = settings.variant if key == "variant" else section["reduced"].get(key, section["run"].get(key))
+            if key == "eval_loads":
+                expected = [f"{x:.1f}" for x in expected]
+            assert settings.to_dict()[key] == expected, key
+    assert reduced.settings[0].eval_loads == ("0.5",) and reduced.settings[0].eval_workloads == (5,)  # pollux-baselines' cell
     assert full.preset.name == reduced.preset.name == "pollux"
 
 
@@ -54,7 +57,9 @@ def test_the_full_scale_is_the_issues_run_and_the_reduced_one_replaces_only_its_
     (lambda s: s["reduced"].update(teacher="pollux"), "pollux_dl2.reduced.teacher: expected one of"),
     (lambda s: s["reduced"].update(eval_loads=[0.7]), "pollux_dl2.reduced.eval_loads: load: "),
     (lambda s: s["run"].update(train_seeds=[3]), "pollux_dl2.run.train_seeds: "),
-    (lambda s: s["run"].update(variant="goodput"), "pollux_dl2.run.variant: expected one of"),
+    (lambda s: s.update(variants=["goodput"]), "pollux_dl2.variants: "),
+    (lambda s: s.update(variants=[]), "pollux_dl2.variants: expected a non-empty list"),
+    (lambda s: s["run"].update(variant="tuned"), "pollux_dl2.run.variant: the variants are pollux_dl2.variants"),
     (lambda s: s["run"].update(eval_workloads=[9]), "pollux_dl2.run.eval_workloads: "),
     (lambda s: s["reduced"].update(widow=3), "pollux_dl2.reduced.widow: unknown key"),
 ])
@@ -71,6 +76,7 @@ def test_a_bad_setting_is_refused_naming_the_file_and_key(tmp_path, change, name
     (["--eval-loads", "0.7"], "--eval-loads: load: "),
     (["--eval-workloads", "0"], "--eval-workloads: "),
     (["--seed", "-1"], "--seed: "),
+    (["--variant", "goodput"], "--variant: expected one of"),
 ])
 def test_the_command_refuses_a_bad_flag_naming_it_before_training(tmp_path, capsys, flags, named):
     assert main(["pollux-train", "--out", str(tmp_path / "out"), *flags]) == 2
@@ -78,31 +84,17 @@ def test_the_command_refuses_a_bad_flag_naming_it_before_training(tmp_path, caps
     assert not (tmp_path / "out").exists()
 
 
-def _evaluation() -> pd.DataFrame:
-    rows = [("0.5", 5, 0, 1000.0), ("0.5", 5, 1, 3000.0), ("1.0", 1, 0, 4000.0), ("1.0", 1, 1, float("nan")),
-            ("1.0", 2, 0, 6000.0), ("1.0", 2, 1, 8000.0)]
-    return pd.DataFrame(rows, columns=["load", "workload", "seed", "avg_jct"])
+def test_the_runs_are_one_summary_in_the_baselines_format_keyed_by_variant_and_seed():
+    def run(variant, jct):
+        evaluation = pd.DataFrame({"policy": f"dl2-{variant}", "load": ["0.5", "1.0"], "workload": [5, 1], "avg_jct": jct,
+                                   "makespan": 9.0, "error": ["", "late"]})
+        history = pd.DataFrame({"epoch": [0]})
+        return PolluxTrainResult(None, history, history, evaluation, evaluation, {})
 
-
-def test_cells_and_loads_are_means_over_seeds_and_workloads_beside_the_baselines():
-    baselines = pd.DataFrame({"load": ["0.5", "1.0", "1.0"], "workload": [5, 1, 2], "optimus": [1000.0, 2000.0, 4000.0],
-                              "tiresias": [500.0, 1000.0, 1000.0], "pollux": [400.0, 800.0, 1600.0]})
-    cells = cells_table(_evaluation(), baselines).set_index(["load", "workload"])
-    assert cells.loc[("0.5", 5), "dl2"] == 2000.0 and cells.loc[("0.5", 5), "dl2_std"] == 1000.0  # spread over seeds
-    assert cells.loc[("1.0", 1), "dl2"] == 4000.0 and cells.loc[("1.0", 1), "failed"] == 1  # the finished seed's
-    assert cells.loc[("1.0", 2), "ratio_to_optimus"] == 7000.0 / 4000.0
-    loads = loads_table(cells.reset_index()).set_index("load")
-    assert loads.loc["1.0", "dl2"] == 5500.0 and loads.loc["1.0", "optimus"] == 3000.0 and loads.loc["1.0", "workloads"] == 2
-    assert loads.loc["1.0", "ratio_to_pollux"] == 5500.0 / 1200.0
-    metrics = stage_metrics(cells.reset_index(), loads.reset_index(), [0, 1])
-    assert metrics["failed_runs"] == 1 and metrics["cells"] == 3 and metrics["seeds"] == [0, 1]
-    assert metrics["loads"]["0.5"]["ratio_to_tiresias"] == 4.0
-
-
-def test_a_cell_no_seed_finished_is_written_as_null():
-    evaluation = _evaluation().assign(avg_jct=lambda f: np.where(f.workload == 1, np.nan, f.avg_jct))
-    cells = cells_table(evaluation[evaluation.load == "1.0"].query("workload == 1"))
-    assert math.isnan(cells["dl2"].item())
-    metrics = stage_metrics(cells, loads_table(cells), [0, 1])
-    assert metrics["loads"]["1.0"]["dl2"] is None and metrics["failed_runs"] == 2
-    assert metrics["loads"]["1.0"]["optimus"] > 0  # the published baseline of that cell
+    results = {("tuned", 0): run("tuned", [1.0, np.nan]), ("tuned", 1): run("tuned", [2.0, 3.0]),
+               ("pollux-batch", 0): run("pollux-batch", [4.0, 5.0])}
+    summary = runs.summary(results)
+    assert list(summary.columns[:4]) == ["policy", "load", "workload", "seed"] and "makespan" in summary.columns
+    assert summary.groupby("policy").seed.unique().map(list).to_dict() == {"dl2-tuned": [0, 1], "dl2-pollux-batch": [0]}
+    pretrain, _ = runs.histories(results)
+    assert list(zip(pretrain.variant, pretrain.seed)) == list(results)

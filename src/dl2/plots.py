@@ -228,20 +228,3 @@ def pollux_cells(cells: pd.DataFrame) -> plt.Figure:
     ax.tick_params(axis="x", rotation=90, labelsize="x-small")
     fig.tight_layout()
     return fig
-
-
-def pollux_dl2_cells(cells: pd.DataFrame) -> plt.Figure:
-    """DL2's greedy average JCT in the Pollux world (mean over seeds, the bar their standard deviation) beside
-    the published baselines', per evaluated cell (`cells`: `dl2.learn.pollux.runs.cells_table`)."""
-    policies = [p for p in ("dl2", "optimus", "tiresias", "pollux") if p in cells.columns]
-    shown = cells.assign(cell=cells.load + "/w" + cells.workload.astype(str)).melt(
-        id_vars=["cell"], value_vars=policies, var_name="policy", value_name="avg_jct")
-    fig, ax = plt.subplots(figsize=(max(5, 0.5 * len(cells) + 3), 4))
-    sns.barplot(shown.assign(hours=shown.avg_jct / 3600), x="cell", y="hours", hue="policy", ax=ax)
-    dl2 = ax.containers[0]  # the first hue's bars, in the cells' order
-    ax.errorbar([b.get_x() + b.get_width() / 2 for b in dl2], cells.dl2 / 3600, yerr=cells.dl2_std.fillna(0) / 3600,
-                fmt="none", ecolor="black", capsize=3)
-    ax.set(xlabel="load / workload", ylabel="average JCT (hours)", title="Pollux world: greedy DL2 beside the baselines")
-    ax.tick_params(axis="x", rotation=90 if len(cells) > 8 else 0, labelsize="small")
-    fig.tight_layout()
-    return fig

@@ -14,6 +14,7 @@ from dl2.config import Checked, bounded, checked, choice, section, typed
 from dl2.distributed.executor import Executor
 from dl2.errors import Dl2Error
 from dl2.learn.ablations.plan import AblationPlan, ablation_settings, group_plans
+from dl2.learn.pollux.decisions import VARIANTS
 from dl2.learn.pollux.settings import PolluxTrainSettings
 from dl2.learn.settings import FinetunePlan, FinetuneRuns, LearnSettings, PretrainConfig, finetune_plan, learn_settings, pretrain_config
 from dl2.pollux.grid import Cell, load_name, plan
@@ -101,9 +102,10 @@ class PolluxDl2Params(Checked):
 
     preset: str  # a preset of the pollux world
     scale: str = choice("reduced", "full")  # reduced: `reduced`'s keys replace `run`'s, `reduced_seeds` the seeds
-    seeds: tuple[int, ...] = bounded(at_least=0)  # one training run per seed
+    variants: tuple[str, ...] = choice(*VARIANTS)  # one training run per variant and seed
+    seeds: tuple[int, ...] = bounded(at_least=0)  # one training run per variant and seed
     reduced_seeds: tuple[int, ...] = bounded(at_least=0)
-    run: dict  # every key of `dl2.learn.pollux.settings.PolluxTrainSettings`, at the full scale
+    run: dict  # every key of `dl2.learn.pollux.settings.PolluxTrainSettings` but `variant`, at the full scale
     reduced: dict  # some of those keys, at the reduced scale
 
 
@@ -198,7 +200,7 @@ class PolluxBaselinesStage:
 class PolluxDl2Stage:
     preset: PolluxPreset
     pollux_dl2: PolluxDl2Params
-    settings: PolluxTrainSettings  # at the stage's scale
+    settings: tuple[PolluxTrainSettings, ...]  # one per variant, at the stage's scale
     seeds: tuple[int, ...]  # at the stage's scale
 
 
@@ -278,12 +280,17 @@ def _pollux_baselines(params: dict, where: str, name: str) -> PolluxBaselinesSta
 def _pollux_dl2(params: dict, where: str, name: str) -> PolluxDl2Stage:
     section_ = typed(PolluxDl2Params, section(params, "pollux_dl2", where), where, "pollux_dl2")
     preset = preset_named(section_.preset, presets_from(params, where), f"{where}: pollux_dl2.preset", world=POLLUX)
-    settings = pollux_train_settings(section_.run, where, "pollux_dl2.run", complete=True)
+    for key in ("run", "reduced"):
+        if "variant" in getattr(section_, key):
+            raise Dl2Error(f"{where}: pollux_dl2.{key}.variant: the variants are pollux_dl2.variants")
+    variant = section_.variants[0]
+    pollux_train_settings({**section_.run, "variant": variant}, where, "pollux_dl2.run", complete=True)
     pollux_train_settings(section_.reduced, where, "pollux_dl2.reduced", complete=False)
-    if section_.scale == "full":
-        return PolluxDl2Stage(preset, section_, settings, section_.seeds)
-    reduced = pollux_train_settings({**section_.run, **section_.reduced}, where, "pollux_dl2.reduced", complete=True)
-    return PolluxDl2Stage(preset, section_, reduced, section_.reduced_seeds)
+    full = section_.scale == "full"
+    values = section_.run if full else {**section_.run, **section_.reduced}
+    prefix = "pollux_dl2.run" if full else "pollux_dl2.reduced"
+    settings = tuple(pollux_train_settings({**values, "variant": v}, where, prefix, complete=True) for v in section_.variants)
+    return PolluxDl2Stage(preset, section_, settings, section_.seeds if full else section_.reduced_seeds)
 
 
 def _reproduction(params: dict, where: str, name: str) -> ReproductionStage:

@@ -1,67 +1,51 @@
-"""Several seeds of one Pollux-world DL2 training run, and their greedy evaluations set beside the published
-baselines per cell and per load: what the `pollux-dl2` stage and `dl2 pollux-train` run."""
+"""Several Pollux-world DL2 training runs (each variant x each seed) and their greedy evaluations as one summary
+in the baselines' format, set beside the published baselines and the lower bound (`dl2.pollux.table`): what
+the `pollux-dl2` stage and `dl2 pollux-train` run."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
 
-from dl2.learn.pollux.evaluate import BASELINES, published_baselines
+from dl2.learn.pollux.evaluate import PUBLISHED_SUMMARY
 from dl2.learn.pollux.settings import PolluxTrainSettings
 from dl2.learn.pollux.train import PolluxTrainResult, train_dl2_pollux
+from dl2.pollux import table
 from dl2.workload.presets import PolluxPreset
 
-
-def train_seeds(settings: PolluxTrainSettings, preset: PolluxPreset, seeds: Sequence[int], out_dir: str | Path,
-                progress: bool = True) -> dict[int, PolluxTrainResult]:
-    """One training run per seed, each writing its checkpoints and tables into `out_dir/seed-<seed>`."""
-    return {seed: train_dl2_pollux(settings, preset, seed, Path(out_dir) / f"seed-{seed}", progress) for seed in seeds}
+Runs = dict[tuple[str, int], PolluxTrainResult]  # (variant, seed) -> its run
 
 
-def evaluations(results: dict[int, PolluxTrainResult]) -> pd.DataFrame:
-    """Every run's greedy evaluation, a row per (seed, load, workload)."""
-    return pd.concat([r.evaluation.assign(seed=seed) for seed, r in results.items()], ignore_index=True)
+def train_runs(settings: Sequence[PolluxTrainSettings], preset: PolluxPreset, seeds: Sequence[int], out_dir: str | Path,
+               progress: bool = True) -> Runs:
+    """One training run per settings (a variant each) and seed, each writing its checkpoints and tables into
+    `out_dir/<variant>/seed-<seed>`."""
+    return {(s.variant, seed): train_dl2_pollux(s, preset, seed, Path(out_dir) / s.variant / f"seed-{seed}", progress)
+            for s in settings for seed in seeds}
 
 
-def histories(results: dict[int, PolluxTrainResult]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Every run's SL and PPO histories, with a seed column."""
-    return (pd.concat([r.pretrain_history.assign(seed=s) for s, r in results.items()], ignore_index=True),
-            pd.concat([r.finetune_history.assign(seed=s) for s, r in results.items()], ignore_index=True))
+def summary(results: Runs) -> pd.DataFrame:
+    """Every run's greedy evaluation, a row per (policy, load, workload, seed) as the baselines' `summary.csv`
+    (policy `dl2-<variant>`), with the error of a run that did not finish."""
+    frames = [r.evaluation.assign(seed=seed) for (_, seed), r in results.items()]
+    out = pd.concat(frames, ignore_index=True)
+    first = ["policy", "load", "workload", "seed"]
+    return out[first + [c for c in out.columns if c not in first]]
 
 
-def cells_table(evaluation: pd.DataFrame, baselines: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Per (load, workload): DL2's average JCT, mean and standard deviation over the seeds whose run finished
-    (`runs`, `failed`), the published baselines' (`evaluate.published_baselines`) and DL2's mean over each."""
-    baselines = published_baselines() if baselines is None else baselines
-    grouped = evaluation.groupby(["load", "workload"])["avg_jct"]
-    cells = pd.DataFrame({"dl2": grouped.mean(), "dl2_std": grouped.std(ddof=0), "runs": grouped.size(),
-                          "failed": grouped.apply(lambda jct: int(jct.isna().sum()))}).reset_index()
-    cells = cells.merge(baselines, on=["load", "workload"], how="left")
-    for policy in BASELINES:
-        if policy in cells.columns:
-            cells[f"ratio_to_{policy}"] = cells["dl2"] / cells[policy]
-    return cells
+def histories(results: Runs) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every run's SL and PPO histories, with variant and seed columns."""
+    def tagged(frames: dict) -> pd.DataFrame:
+        return pd.concat([f.assign(variant=v, seed=s) for (v, s), f in frames.items()], ignore_index=True)
+
+    return (tagged({k: r.pretrain_history for k, r in results.items()}),
+            tagged({k: r.finetune_history for k, r in results.items()}))
 
 
-def loads_table(cells: pd.DataFrame) -> pd.DataFrame:
-    """Per load: each policy's average JCT, mean over the workloads evaluated, and DL2's ratio to each."""
-    policies = ["dl2", *(p for p in BASELINES if p in cells.columns)]
-    loads = cells.groupby("load")[policies].mean().reset_index()
-    loads["workloads"] = cells.groupby("load").size().to_numpy()
-    for policy in policies[1:]:
-        loads[f"ratio_to_{policy}"] = loads["dl2"] / loads[policy]
-    return loads
-
-
-def stage_metrics(cells: pd.DataFrame, loads: pd.DataFrame, seeds: Sequence[int]) -> dict:
-    """The stage's DVC metrics: per load, each policy's mean average JCT and DL2's ratios; the runs that
-    did not finish a workload (NaN is written as null)."""
-    def number(value: float) -> float | None:
-        return None if math.isnan(value) else round(float(value), 6)
-
-    per_load = {row["load"]: {k: number(v) for k, v in row.items() if k not in ("load", "workloads")}
-                for row in loads.to_dict("records")}
-    return {"seeds": list(seeds), "cells": len(cells), "failed_runs": int(cells["failed"].sum()), "loads": per_load}
+def beside_baselines(dl2_summary: pd.DataFrame, preset: PolluxPreset, scale: str,
+                     baselines: Path = PUBLISHED_SUMMARY) -> table.PolluxTable:
+    """DL2's runs beside the published baselines' and the lower bound on the cells DL2 ran (`dl2.pollux.table`)."""
+    cells = sorted(set(zip(dl2_summary.load, dl2_summary.workload)))
+    return table.build(dl2_summary, table.read_summary(baselines), table.bound_cells(preset, cells), scale)
