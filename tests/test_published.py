@@ -75,3 +75,15 @@ def test_published_pollux_grid_follows_from_its_runs_and_holds_the_artifacts_tol
     jobs = pd.read_csv(folder / "jobs.csv", dtype={"load": str})
     assert len(jobs) == sum(len(grid.Cell(**c).path.read_text().splitlines()) - 1
                             for c in summary[["policy", "load", "workload", "seed"]].to_dict("records"))
+
+
+def test_a_published_pollux_table_follows_from_its_runs_the_grid_and_the_bound():
+    from dl2.pollux import table
+
+    folder = PUBLISHED / "pollux"
+    if not (folder / "table.json").is_file():
+        pytest.skip("no full-scale pollux-dl2 table published yet (docs/pollux.md#the-table)")
+    bound = pd.read_csv(folder / "bound.csv", dtype={"load": str})
+    rebuilt = table.build(table.read_summary(folder / "dl2_summary.csv"), table.read_summary(folder / "summary.csv"), bound, "full")
+    assert json.loads((folder / "table.json").read_text()) == json.loads(json.dumps(rebuilt.metrics()))
+    assert len(bound) == 32 and rebuilt.metrics()["scale"] == "full"

@@ -141,14 +141,14 @@ def cmd_stage(args: argparse.Namespace) -> None:
 
 def cmd_publish(args: argparse.Namespace) -> None:
     from dl2.paths import repo_root
-    from dl2.publish import publish_ablations, publish_pollux, publish_testbed
+    from dl2.publish import publish_ablations, publish_pollux, publish_pollux_table, publish_testbed
 
     data_dir = (args.data_dir or repo_root() / "data").resolve()
-    if [args.testbed, args.pollux, args.group is not None].count(True) != 1:
-        raise Dl2Error("say what to publish: --group GROUP (an ablate stage's axes), --testbed (a kind testbed run) "
-                       "or --pollux (the Pollux world's full grid)")
-    if args.pollux:
-        files = publish_pollux(data_dir)
+    if [args.testbed, args.pollux, args.pollux_table, args.group is not None].count(True) != 1:
+        raise Dl2Error("say what to publish: --group GROUP (an ablate stage's axes), --testbed (a kind testbed run), "
+                       "--pollux (the Pollux world's full grid) or --pollux-table (DL2's table beside it)")
+    if args.pollux or args.pollux_table:
+        files = publish_pollux(data_dir) if args.pollux else publish_pollux_table(data_dir)
         print(f"published {len(files)} files into {data_dir / 'published' / 'pollux'}")
         return
     if args.testbed:
@@ -167,32 +167,34 @@ def cmd_pollux_train(args: argparse.Namespace) -> None:
     from dataclasses import replace
 
     from dl2.learn.pollux import runs
-    from dl2.paths import write_csv_atomic, write_json_atomic
+    from dl2.paths import write_csv_atomic
+    from dl2.pollux import table
     from dl2.pollux.grid import load_name
     from dl2.stages import load_stage
 
     config = load_stage("pollux-dl2", args.params, {"pollux_dl2": {"scale": args.scale}} if args.scale else None).config
     changes = {key: getattr(args, key) for key in POLLUX_TRAIN_FLAGS if getattr(args, key) is not None}
+    base = config.settings[0]
     try:
-        changes["eval_loads"] = tuple(load_name(x) for x in changes.get("eval_loads", config.settings.eval_loads))
+        changes["eval_loads"] = tuple(load_name(x) for x in changes.get("eval_loads", base.eval_loads))
     except Dl2Error as exc:
         raise Dl2Error(f"--eval-loads: {exc}") from None
+    variants = [changes.pop("variant")] if "variant" in changes else [s.variant for s in config.settings]
     try:
-        settings = replace(config.settings, **{k: tuple(v) if isinstance(v, list) else v for k, v in changes.items()})
+        changed = {k: tuple(v) if isinstance(v, list) else v for k, v in changes.items()}
+        settings = [replace(base, variant=variant, **changed) for variant in variants]
     except Dl2Error as exc:  # the settings name the key: name its flag
         key, _, why = str(exc).partition(": ")
         raise Dl2Error(f"--{key.replace('_', '-')}: {why}" if key in POLLUX_TRAIN_FLAGS else str(exc)) from None
     seeds = tuple(args.seed) if args.seed else config.seeds
     if any(seed < 0 for seed in seeds):
         raise Dl2Error(f"--seed: expected seeds >= 0, got {list(seeds)}")
-    results = runs.train_seeds(settings, config.preset, seeds, args.out / "runs", progress=not args.quiet)
-    evaluation = runs.evaluations(results)
-    cells = runs.cells_table(evaluation)
-    loads = runs.loads_table(cells)
-    for name, frame in (("evaluation", evaluation), ("cells", cells), ("loads", loads)):
-        write_csv_atomic(args.out / f"{name}.csv", frame)
-    write_json_atomic(args.out / "metrics.json", runs.stage_metrics(cells, loads, seeds))
-    print(cells.to_string(index=False))
+    results = runs.train_runs(settings, config.preset, seeds, args.out / "runs", progress=not args.quiet)
+    summary = runs.summary(results)
+    write_csv_atomic(args.out / "summary.csv", summary)
+    built = runs.beside_baselines(summary, config.preset, config.pollux_dl2.scale)
+    table.write(built, args.out)
+    print(built.markdown())
 
 
 SEPARATE_BENCHMARKS = {  # flag: (module, function, default output); each function takes the output path
@@ -311,7 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                                                 "default: the scale's seeds)")
     ptrain.add_argument("--out", type=Path, default=Path("pollux-dl2"), help="output folder (default: pollux-dl2)")
     ptrain.add_argument("--teacher", default=None, help="optimus or tiresias")
-    ptrain.add_argument("--variant", default=None, help="tuned or pollux-batch")
+    ptrain.add_argument("--variant", default=None, help="tuned or pollux-batch (default: the file's pollux_dl2.variants)")
     ptrain.add_argument("--window", type=int, default=None, help="jobs the agent sees and decides for")
     ptrain.add_argument("--assign-one", action=argparse.BooleanOptionalAction, default=None,
                         help="each interval first gives every window job one GPU")
@@ -326,11 +328,13 @@ def build_parser() -> argparse.ArgumentParser:
     ptrain.add_argument("--quiet", action="store_true", help="no progress bars")
     ptrain.set_defaults(func=cmd_pollux_train)
 
-    publish = sub.add_parser("publish", help="copy an ablate stage's full-scale axes, a kind testbed run or the Pollux world's "
-                                             "full grid into data/published")
+    publish = sub.add_parser("publish", help="copy an ablate stage's full-scale axes, a kind testbed run, or the Pollux world's "
+                                             "full grid or DL2's table beside it into data/published")
     publish.add_argument("--group", default=None, help="the ablation group whose last run to publish (params.yaml ablations.groups)")
     publish.add_argument("--testbed", action="store_true", help="the last pipeline run on kind (finetune.backend: kind)")
     publish.add_argument("--pollux", action="store_true", help="the last pollux-baselines run at full scale (pollux.scale: full)")
+    publish.add_argument("--pollux-table", action="store_true", help="the last pollux-dl2 run's table at full scale "
+                                                                     "(pollux_dl2.scale: full), beside the published grid")
     publish.add_argument("--data-dir", type=Path, default=None)
     publish.set_defaults(func=cmd_publish)
 

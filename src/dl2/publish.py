@@ -1,6 +1,6 @@
 """Publishing an `ablate` stage's full-scale results into `data/published/ablations/`, a pipeline run on the
-kind testbed into `data/published/testbed/`, and the Pollux world's full grid into `data/published/pollux/`
-(committed DVC metrics).
+kind testbed into `data/published/testbed/`, and the Pollux world's full grid and DL2's table beside it into
+`data/published/pollux/` (committed DVC metrics).
 
 A group's axes can run in several sittings (`-S 'ablations.groups.model=[teacher]'`): each publish copies the
 axes the stage just ran and merges their entries into the group's published metrics, keeping the axes
@@ -129,3 +129,43 @@ def publish_pollux(data_dir: Path) -> list[str]:
     for name in POLLUX_FILES:
         _copy(folder / name, published / name)
     return list(POLLUX_FILES)
+
+
+POLLUX_TABLE_FILES = {  # published name (beside the grid in data/published/pollux/): the pollux-dl2 stage's output
+    "dl2_summary.csv": "summary.csv", "bound.csv": "bound.csv", "table_cells.csv": "cells.csv", "table.csv": "table.csv",
+    "table_targets.csv": "targets.csv", "table_comparisons.csv": "comparisons.csv", "table.md": "table.md",
+    "table.png": "table.png", "table.json": "metrics.json",
+}
+
+
+def publish_pollux_table(data_dir: Path) -> list[str]:
+    """Copy the `pollux-dl2` stage's full-scale table (`data_dir/pollux-dl2/`) into `data_dir/published/pollux/`
+    beside the grid; returns the files published. Nothing is written unless every file is there, the run was the
+    full scale with both variants over at least `MIN_SEEDS` seeds on all 32 cells, and its metrics follow from its
+    runs, the published grid and the bound."""
+    from dl2.pollux import grid, table
+
+    folder, published = data_dir / "pollux-dl2", data_dir / "published" / "pollux"
+    for source in POLLUX_TABLE_FILES.values():
+        if not (folder / source).is_file():
+            raise Dl2Error(f"{folder / source}: no such file: run the pollux-dl2 stage first")
+    metrics = json.loads((folder / "metrics.json").read_text())
+    if metrics.get("scale") != "full":
+        raise Dl2Error(f"{folder / 'metrics.json'}: a {metrics.get('scale')} run; only the full scale is published "
+                       "(pollux_dl2.scale=full, docs/pollux.md)")
+    summary = table.read_summary(folder / "summary.csv")
+    seeds = summary.groupby("policy").seed.nunique()
+    short = [f"{p} ({int(seeds.get(p, 0))})" for p in table.DL2_POLICIES if seeds.get(p, 0) < MIN_SEEDS]
+    if short:
+        raise Dl2Error(f"{folder / 'summary.csv'}: published results need both variants over at least {MIN_SEEDS} seeds; "
+                       f"seeds run: {', '.join(short)}")
+    bound = pd.read_csv(folder / "bound.csv", dtype={"load": str})
+    if set(zip(bound.load, bound.workload)) != {(load, w) for load in grid.LOADS for w in grid.WORKLOADS}:
+        raise Dl2Error(f"{folder / 'bound.csv'}: not every load and workload of the grid (pollux_dl2.run.eval_loads, eval_workloads)")
+    rebuilt = table.build(summary, table.read_summary(published / "summary.csv"), bound, "full")
+    if metrics != json.loads(json.dumps(rebuilt.metrics())):
+        raise Dl2Error(f"{folder / 'metrics.json'}: does not follow from summary.csv, bound.csv and the published grid "
+                       "(a stale run?): rerun the stage")
+    for name, source in POLLUX_TABLE_FILES.items():
+        _copy(folder / source, published / name)
+    return list(POLLUX_TABLE_FILES)

@@ -28,6 +28,7 @@ from dl2.learn.ablations import tables
 from dl2.learn.evaluate import reference_jcts, summary_table
 from dl2.paths import REFERENCE_DIR, TESTBED_DIR, write_csv_atomic, write_json_atomic, write_text_atomic
 from dl2.pollux import grid
+from dl2.pollux import table as pollux_table
 from dl2.sim_to_real import report as sim_to_real
 
 TOLERANCE = 0.05
@@ -228,6 +229,30 @@ def read_pollux(folder: Path) -> PolluxGrid | None:
     return PolluxGrid(read["cells"], read["loads"], read["reductions"])
 
 
+@dataclass(frozen=True)
+class PolluxTableReport:
+    """DL2's table in the Pollux world (`dl2.pollux.table`, as `dl2 publish --pollux-table` published it)."""
+
+    loads: pd.DataFrame
+    checks: pd.DataFrame
+    comparisons: pd.DataFrame
+    metrics: dict
+
+
+def read_pollux_table(folder: Path | None) -> PolluxTableReport | None:
+    """The published table in `folder` (None where none is published)."""
+    if folder is None or not (folder / "table.json").is_file():
+        return None
+    read = {name: pd.read_csv(folder / f"{name}.csv", dtype={"load": str})
+            for name in ("table", "table_targets", "table_comparisons")}
+    return PolluxTableReport(read["table"], read["table_targets"].assign(holds=lambda f: f.holds.map(_verdict)),
+                             read["table_comparisons"], optional_json(folder / "table.json"))
+
+
+def _verdict(value: object) -> bool | None:
+    return {True: True, False: False, "True": True, "False": False}.get(value)  # type: ignore[call-overload]
+
+
 SCOREBOARD_NOTE = ("Every built-in on the scoring suite (`dl2 score`, docs/scoreboard.md): each PS/worker preset's 10 "
                    "validation traces (slots) and the Pollux world's 8 workloads at each load (seconds). The ratios are the "
                    "mean average JCT over each bound's mean: the contention-free bound (each job alone; in the Pollux world "
@@ -260,6 +285,7 @@ class ReportFiles:
     pollux: Path  # the Pollux world's grid (cells.csv, loads.csv, reductions.csv; absent where none ran)
     profile: Path = TESTBED_DIR  # the testbed's profiled speeds (`dl2 testbed profile`)
     cluster_timing: Path | None = None  # `dl2 bench --clusters`' report, on the clusters axis it projects (published only)
+    pollux_table: Path | None = None  # DL2's table in the Pollux world, beside the grid (published only)
     scoreboard: Path | None = None  # the built-ins' scoreboard, `score.json` (`dl2 score --builtins`; published only)
 
 
@@ -271,7 +297,8 @@ def report_files(data: Path, published: bool = False) -> ReportFiles:
         return ReportFiles(folder / "paper" / "results.csv", folder / "paper" / "finetune_history.csv", folder / "ablations",
                            data / "reproduction-published", data / "metrics" / "reproduction-published.json",
                            folder / "testbed" / "evaluate", folder / "pollux",
-                           cluster_timing=folder / "bench" / "clusters.json", scoreboard=folder / "scoreboard" / "score.json")
+                           cluster_timing=folder / "bench" / "clusters.json", scoreboard=folder / "scoreboard" / "score.json",
+                           pollux_table=folder / "pollux")
     return ReportFiles(data / "evaluate" / "results.csv", data / "learn" / "finetune_history.csv", data / "ablations",
                        data / "reproduction", data / "metrics" / "reproduction.json", data / "evaluate" / "testbed", data / "pollux")
 
@@ -299,6 +326,7 @@ class Reproduction:
     testbed: sim_to_real.SimToReal | None  # the kind testbed's profile and evaluation (None without a profile)
     pollux: PolluxGrid | None  # the Pollux world's grid beside the artifact (None where it has not run)
     scoreboard: pd.DataFrame | None = None  # `read_scoreboard` (None without one)
+    pollux_table: PolluxTableReport | None = None  # `read_pollux_table` (None where none is published)
 
     @property
     def dl2(self) -> pd.Series:
@@ -328,7 +356,8 @@ def reproduce(files: ReportFiles) -> Reproduction:
                           + cluster_claims(convergence, optional_json(files.cluster_timing)))
     claims["difference"] = claims.ours - claims.paper
     return Reproduction(results, summary, pd.read_csv(files.history), axes, convergence, claims,
-                        sim_to_real.read(files.profile, files.testbed), read_pollux(files.pollux), read_scoreboard(files.scoreboard))
+                        sim_to_real.read(files.profile, files.testbed), read_pollux(files.pollux), read_scoreboard(files.scoreboard),
+                        read_pollux_table(files.pollux_table))
 
 
 def figures(rep: Reproduction) -> dict[str, plt.Figure]:
@@ -340,6 +369,8 @@ def figures(rep: Reproduction) -> dict[str, plt.Figure]:
         out.update({f"testbed_{name}": fig for name, fig in sim_to_real.figures(rep.testbed).items()})
     if rep.pollux is not None:
         out.update({"pollux_loads": plots.pollux_loads(rep.pollux.loads), "pollux_cells": plots.pollux_cells(rep.pollux.cells)})
+    if rep.pollux_table is not None:
+        out["pollux_table"] = pollux_table.figure(rep.pollux_table.loads)
     return out
 
 
@@ -350,6 +381,8 @@ def write_report(rep: Reproduction, figs: Mapping[str, plt.Figure], files: Repor
     metrics = claims_metrics(rep.claims, rep.dl2.ratio_to_bound)
     if rep.pollux is not None:
         metrics["pollux"] = rep.pollux.metrics()
+    if rep.pollux_table is not None:
+        metrics["pollux_table"] = {"scale": rep.pollux_table.metrics["scale"], "targets": rep.pollux_table.metrics["targets"]}
     write_json_atomic(files.metrics, metrics)
     bound_note = (f"The contention-free lower bound (every job alone at its best #PS and #workers) is "
                   f"{rep.results.lower_bound.mean():.3f} slots here; DL2 sits at {rep.dl2.ratio_to_bound:.3f}x of it. The "
@@ -365,6 +398,7 @@ def write_report(rep: Reproduction, figs: Mapping[str, plt.Figure], files: Repor
           for axis, frames in rep.axes.items()],
         *_testbed_sections(rep.testbed, figs, dpi),
         *_pollux_sections(rep.pollux, figs, dpi),
+        *_pollux_table_sections(rep.pollux_table, figs, dpi),
         *_scoreboard_sections(rep.scoreboard),
     ]
     write_text_atomic(files.out / "report.html", html_report("dl2: the DL2 reproduction", sections))
@@ -405,6 +439,34 @@ def _pollux_sections(g: PolluxGrid | None, figs: Mapping[str, plt.Figure], dpi: 
              [paragraph(POLLUX_NOTE), verdicts, _table_html(_shown(g.loads)), figure_html(figs["pollux_loads"], dpi),
               paragraph("Pollux's reduction of the average JCT against each baseline, ours beside the artifact's:"),
               _table_html(_shown(g.reductions)), figure_html(figs["pollux_cells"], dpi)])]
+
+
+TABLE_COLUMNS = ("Per policy and load: each measure is the mean over the 8 workloads within a seed, then the mean over "
+                 "seeds (seeds: how many; _sd, _min, _max: their spread; failed: runs that did not finish). avg_jct and "
+                 "makespan in seconds; restarts_per_job; mean_gpu_util: the share of the cluster's GPUs in use; "
+                 "ratio_to_bound: the average JCT over the lower bound's (each job alone at its best allocation and batch "
+                 "size from its arrival).")
+
+
+def _pollux_table_sections(t: PolluxTableReport | None, figs: Mapping[str, plt.Figure], dpi: int) -> list[tuple[str, list[str]]]:
+    """DL2's table in the Pollux world: the targets' verdicts, each comparison in words with its spread (where DL2
+    wins and where it loses), the table and its figure; all generated from the published numbers."""
+    if t is None:
+        return []
+    words = {True: "holds", False: "does not hold", None: "not judged (loads missing)"}
+    verdicts = pollux_table.verdicts(t.checks)
+    targets = [f"{target.text}: {words[verdicts[target.name]]}." for target in pollux_table.TARGETS]
+    shown = t.loads[["policy", "load", "seeds", "failed", "avg_jct", "avg_jct_sd", "avg_jct_min", "avg_jct_max", "ratio_to_bound",
+                     "makespan", "restarts_per_job", "mean_gpu_util"]]
+    scale = t.metrics["scale"]
+    blocks = [paragraph(f"DL2 (both variants, trained on the Philly-derived generator's workloads, never the artifact's) run "
+                        f"greedily on the artifact's workloads beside the published grid, at the {scale} scale. "
+                        + pollux_table.FAIRNESS),
+              paragraph("Targets: " + " ".join(targets)), paragraph(" ".join(pollux_table.wins_and_losses(t.comparisons))),
+              paragraph(TABLE_COLUMNS), _table_html(shown), figure_html(figs["pollux_table"], dpi),
+              paragraph("Each comparison, with its spread over seeds:"),
+              "<ul>" + "".join(f"<li>{html.escape(s)}</li>" for s in pollux_table.sentences(t.comparisons)) + "</ul>"]
+    return [("The Pollux world: DL2 beside Pollux, Optimus+Oracle, Tiresias and the lower bound", blocks)]
 
 
 def _scoreboard_sections(board: pd.DataFrame | None) -> list[tuple[str, list[str]]]:
