@@ -194,3 +194,16 @@ def test_the_report_states_the_published_table_from_its_numbers(tmp_path):
     assert "DL2 + tuned wins against Optimus+Oracle at 0.5, 1.0, 1.5, 2.0x; Tiresias at 0.5, 1.0, 1.5, 2.0x." in page
     assert "DL2 + tuned loses against Pollux at 0.5, 1.0, 1.5, 2.0x." in page
     assert "(sd 10 over 3 seeds)" in page and "data:image/png;base64," in page and "NaN" not in page
+
+
+def test_the_bound_of_a_cell_is_its_jobs_alone_from_their_arrival():
+    from dl2.pollux.bound import lower_bound_jct
+    from dl2.pollux.grid import Cell
+    from dl2.pollux.workload import read_workload
+    from dl2.workload.presets import get_preset
+
+    preset = get_preset("pollux")
+    bound = table.bound_cells(preset, [("0.5", 5)])
+    workload = read_workload(Cell("any", "0.5", 5, 0).path)
+    jct = lower_bound_jct(workload, preset)
+    assert bound.to_dict("records") == [{"load": "0.5", "workload": 5, "avg_jct": jct.mean(), "makespan": (workload.time + jct).max()}]

@@ -292,12 +292,13 @@ def figure(loads: pd.DataFrame) -> plt.Figure:
     for policy, part in loads.groupby("policy", sort=False):
         x = part.load.astype(float)
         if policy == BOUND:
-            ax.plot(x, part.avg_jct / 3600, ls="--", color="black", label=NAMES[BOUND])
+            ax.plot(x, part.avg_jct / 3600, ls="--", marker="_", markersize=14, color="black", label=NAMES[BOUND])
             continue
         ax.plot(x, part.avg_jct / 3600, marker="o", color=palette[policy], label=NAMES.get(policy, policy))
         ax.fill_between(x, part.avg_jct_min / 3600, part.avg_jct_max / 3600, color=palette[policy], alpha=0.2, lw=0)
-    ax.set(xlabel="relative job load", ylabel="average JCT (hours)",
+    ax.set(xlabel="relative job load", ylabel="average JCT (hours)", xticks=sorted(loads.load.astype(float).unique()),
            title="Pollux world: average JCT per load (mean over workloads; band: min-max over seeds)")
+    ax.set_ylim(bottom=0)
     ax.title.set_fontsize("medium")
     ax.legend(fontsize="small")
     fig.tight_layout()
