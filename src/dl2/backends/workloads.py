@@ -65,7 +65,7 @@ class Emulated:
     namespace: str
     table: np.ndarray
     fine_grained: bool
-    lost: float = 0.0  # the fraction of a slot a new configuration spends starting (the preset's restart cost)
+    lost: tuple[float, float] = (0.0, 0.0)  # the fractions of a slot a new configuration spends starting (`Scenario.lost`)
     grace_seconds: int = 0
 
     def pods(self, job: dict, spec: JobSpec, tasks: Tasks, slot: int, existing: list[dict]) -> Desired:
