@@ -138,6 +138,7 @@ class Measuring(Trained):
 
     seconds: float = 10.0
     timeout: float = 300.0  # for a configuration to start and write its first progress record
+    elastic: bool = False  # every configuration starts anew: its start-up is what `restart_seconds` models
     measured: list[dict] = field(default_factory=list)
 
     def advance(self, kube: Kube, slot: int, jobs: list[dict], specs: list[JobSpec], nodes: set[str],
