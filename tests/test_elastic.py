@@ -16,6 +16,8 @@ from dl2.backends.workloads import Trained
 from dl2.errors import Dl2Error
 from dl2.kube.jobs import JobSpec
 from dl2.kube.resources import GENERATION_LABEL, JOB_LABEL, ROLE_LABEL, PodRuntime
+from dl2.sim_to_real.profile import training_processes
+from dl2.sim_to_real.reconfigure import members
 from dl2.testbed.training import read_progress
 from dl2.testbed.training.checkpoint import load_checkpoint
 from dl2.testbed.training.main import main
@@ -123,6 +125,14 @@ def test_a_plan_names_each_role_index_once_and_a_watch_sees_newer_plans(tmp_path
         read_plan(tmp_path)
 
 
+def test_the_local_measurement_keeps_members_by_role_and_adds_new_ones():
+    before = members(1, 1, 2, {})
+    assert before == {"ps-1-0": ("ps", 0), "worker-1-0": ("worker", 0), "worker-1-1": ("worker", 1)}
+    assert members(2, 1, 1, before) == {"ps-1-0": ("ps", 0), "worker-1-0": ("worker", 0)}
+    assert members(2, 2, 3, before) == {"ps-1-0": ("ps", 0), "ps-2-0": ("ps", 1), "worker-1-0": ("worker", 0),
+                                        "worker-1-1": ("worker", 1), "worker-2-0": ("worker", 2)}
+
+
 def test_member_flags_say_what_to_fix(tmp_path, capsys):
     base = ["--job", "j", "--model", "wlm", "--state", str(tmp_path), "--epochs", "1"]
     assert main([*base, "--member", "x", "--role", "ps"]) == 2
@@ -204,6 +214,9 @@ def test_survivors_of_a_grow_and_a_shrink_keep_running_and_the_job_finishes(tmp_
     shrunk = job.until(lambda r: r["generation"] == 3 and r["steps"] > r["start_step"])
     assert (shrunk["num_ps"], shrunk["num_workers"]) == (1, 1) and shrunk["start_step"] >= grown["steps"]
     assert job.procs["ps"].poll() is None and job.procs["w2"].poll() is None, job.dump()
+    plan = read_plan(job.state)
+    assert training_processes(str(job.state), "worker", 0, plan) == [job.procs["w2"].pid]  # w2 was worker 1 when it started
+    assert training_processes(str(job.state), "ps", 0, plan) == [pids["ps"]]
 
     # the chain: every configuration resumed where the one before checkpointed last, with the parameters it saved
     for name in ("w1", "w2"):
