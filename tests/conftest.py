@@ -122,7 +122,7 @@ def run_by_hand(policy: str, arrivals, epochs, table_fn, num_nodes: int = 2, max
     cluster = make_cluster(num_nodes, 8, 8)
     stats = np.empty((1000, engine.NUM_STATS))
     slots = run_to_completion(POLICY_IDS[policy], jobs, cluster, make_recorder(0, 1), table, table, max_tasks,
-                               fine_grained, False, stats, lost)
+                               fine_grained, False, stats, (lost, lost))
     assert slots > 0
     return jobs.end - jobs.arrival + 1
 

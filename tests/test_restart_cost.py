@@ -44,7 +44,7 @@ def _train(jobs, table, configs, lost: float, fine_grained: bool = True) -> tupl
     rewards, trained = [], engine.no_training(1)
     for slot, (ps, workers) in enumerate(configs):
         jobs.ps[0], jobs.workers[0] = ps, workers
-        rewards.append(engine.advance(jobs, table, slot, fine_grained, lost, trained)[1])
+        rewards.append(engine.advance(jobs, table, slot, fine_grained, (lost, lost), trained)[1])
     return rewards, trained
 
 
@@ -196,3 +196,47 @@ def test_a_bad_restart_cost_is_refused_naming_the_key(value):
         presets_from({"presets": {"mine": spec}}, "params.yaml")
     spec["restart_seconds"] = 45
     assert presets_from({"presets": {"mine": spec}}, "params.yaml")["mine"].restart_seconds == 45.0
+
+
+def test_a_shrink_pays_the_rejoin_cost_and_a_grow_the_restart_cost():
+    # 10 epochs per worker per slot. (1, 2) starts: restart 0.5 -> 10; keeps: 20; shrinks to (1, 1): rejoin 0.1
+    # -> 9; grows to (1, 2): restart -> 10; drops a worker and adds a PS (2, 1): it adds a task, restart -> 5.
+    jobs, table = _one_job(1000.0)
+    rewards, trained = [], engine.no_training(1)
+    for slot, (ps, workers) in enumerate([(1, 2), (1, 2), (1, 1), (1, 2), (2, 1)]):
+        jobs.ps[0], jobs.workers[0] = ps, workers
+        rewards.append(engine.advance(jobs, table, slot, True, (0.5, 0.1), trained)[1])
+    np.testing.assert_allclose(np.array(rewards) * 1000.0, [10.0, 20.0, 9.0, 10.0, 5.0])
+
+
+def test_a_rejoin_cost_alone_charges_only_shrinks():
+    jobs, table = _one_job(1000.0)
+    rewards, trained = [], engine.no_training(1)
+    for slot, (ps, workers) in enumerate([(2, 3), (1, 3), (1, 1), (0, 1), (1, 1)]):
+        jobs.ps[0], jobs.workers[0] = ps, workers
+        rewards.append(engine.advance(jobs, table, slot, True, (0.0, 0.25), trained)[1])
+    np.testing.assert_allclose(np.array(rewards) * 1000.0, [30.0, 22.5, 7.5, 0.0, 10.0])  # after a pause: a start
+
+
+def test_the_rejoin_cost_is_the_restart_cost_unless_the_preset_sets_it():
+    dev = get_preset("dev")
+    assert dev.rejoin_seconds is None and "rejoin_seconds" not in repr(dev)
+    assert Scenario(_with_restart(dev, 600.0)).lost == (0.5, 0.5)
+    rejoin = dataclasses.replace(dev, restart_seconds=600.0, rejoin_seconds=120.0)
+    assert Scenario(rejoin).lost == (0.5, 0.1) and "rejoin_seconds=120.0" in repr(rejoin)
+    assert Scenario(dataclasses.replace(dev, rejoin_seconds=0.0)).lost == (0.0, 0.0)
+    spec = dict(num_nodes=2, num_jobs=3, max_arrivals=1, max_epochs=10, max_tasks=2, speed_table="public_release",
+                bucket_to_model=False, rejoin_seconds=-1)
+    with pytest.raises(Dl2Error, match=r"params\.yaml: presets\.mine\.rejoin_seconds"):
+        presets_from({"presets": {"mine": spec}}, "params.yaml")
+
+
+@pytest.mark.parametrize("name", HEURISTICS)
+def test_a_cheaper_rejoin_agrees_between_the_compiled_heuristics_and_the_stepwise_backend(name):
+    preset = dataclasses.replace(tiny_preset(3, 3, 10), restart_seconds=400.0, rejoin_seconds=40.0)
+    scenario = Scenario(preset)
+    trace = _traces(scenario, 1, seed=12)[0]
+    compiled = simulate_builtin(trace, name, scenario)
+    backend = SimulatedCluster(trace, scenario)
+    loop.run(backend, BuiltinScheduler(name))
+    np.testing.assert_array_equal(np.array([backend.jct()[int(i)] for i in trace.job_id]), compiled.jct)

@@ -134,7 +134,7 @@ def test_tetris_serves_jobs_per_job_as_the_authors_code_does_on_a_dev_trace():
     stats = np.empty((10_000, engine.NUM_STATS))
     p = scenario.preset
     slots = run_to_completion(POLICY_IDS["tetris"], jobs, make_cluster(p.num_nodes, p.node_cpu, p.node_gpu), make_recorder(0, 1),
-                              table, table, p.max_tasks, True, False, stats, 0.0)
+                              table, table, p.max_tasks, True, False, stats, (0.0, 0.0))
     ours = sim_result("tetris", trace, jobs.end, order, stats[:slots], scenario).jct
     assert dict(zip(trace.job_id.tolist(), ours.tolist())) == theirs
     own = simulate_builtin(trace, "tetris", scenario)

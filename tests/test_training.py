@@ -3,6 +3,8 @@ of PS and worker subprocesses that train, resize, survive SIGTERM and SIGKILL, a
 
 from __future__ import annotations
 
+import fcntl
+import os
 import re
 import signal
 import subprocess
@@ -15,8 +17,8 @@ import pytest
 import torch
 
 from dl2.errors import Dl2Error
-from dl2.testbed.training import read_progress
-from dl2.testbed.training.checkpoint import Checkpoint, claim_ownership, load_checkpoint, params_digest
+from dl2.testbed.training import checkpoint, read_progress
+from dl2.testbed.training.checkpoint import Checkpoint, claim_ownership, load_checkpoint, owner_generation, params_digest, release_ownership
 from dl2.testbed.training.job import JobConfig
 from dl2.testbed.training.main import main
 from dl2.testbed.training.models import STANDINS
@@ -169,6 +171,7 @@ def test_a_checkpoint_reshards_to_any_number_of_ps(tmp_path):
 def test_a_new_owner_waits_for_the_previous_one_and_refuses_old_generations(tmp_path):
     stop = threading.Event()
     assert claim_ownership(tmp_path, 3, stop, 5, print)  # this test's process now holds the lock through one descriptor
+    held = checkpoint._held.pop(tmp_path.resolve())  # which it forgets, as if another process held it
     started = time.monotonic()
     heard: list[str] = []
     with pytest.raises(TimeoutError, match="still owns"):
@@ -176,10 +179,23 @@ def test_a_new_owner_waits_for_the_previous_one_and_refuses_old_generations(tmp_
     assert time.monotonic() - started >= 0.3 and heard == [f"waiting for generation 3 to let go of {tmp_path}"]
     stop.set()
     assert not claim_ownership(tmp_path, 4, stop, 5, print)
+    os.close(held)
     (tmp_path / "reused").mkdir()
     (tmp_path / "reused" / "owner.json").write_text('{"generation": 3}')
     with pytest.raises(Dl2Error, match="generation 3 was already used or is stale"):
         claim_ownership(tmp_path / "reused", 3, threading.Event(), 5, print)
+
+
+def test_an_owner_that_stays_ps_0_keeps_the_lock_and_one_that_does_not_lets_go(tmp_path):
+    stop = threading.Event()
+    assert claim_ownership(tmp_path, 3, stop, 5, print)
+    assert claim_ownership(tmp_path, 4, stop, 0.1, print) and owner_generation(tmp_path) == 4  # its next configuration
+    fd = os.open(tmp_path / "owner.lock", os.O_RDWR)
+    with pytest.raises(BlockingIOError):  # still locked against any other descriptor
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    release_ownership(tmp_path)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.close(fd)
 
 
 def test_bad_flags_say_what_to_fix(tmp_path, capsys):

@@ -36,6 +36,7 @@ from dl2.sim.scenario import Scenario, SimOptions
 from dl2.sim_to_real.profile import training_processes
 from dl2.testbed import kind
 from dl2.testbed.training.models import STANDINS
+from dl2.testbed.training.plan import read_plan
 from dl2.workload.presets import load_presets
 from dl2.workload.traces import generate_trace, read_trace
 
@@ -173,7 +174,7 @@ def test_a_resize_keeps_steps_and_loss_and_a_killed_pod_resumes_from_its_checkpo
         if not trained:
             continue
         if phase == KILLED_PHASE:  # SIGKILL PS 0 of this configuration while it trains
-            pids = wait_for("PS 0's process", lambda: training_processes(str(in_pod), "ps", 0))
+            pids = wait_for("PS 0's process", lambda: training_processes(str(in_pod), "ps", 0, read_plan(state)))
             killed = (generation, json.loads((state / "progress.json").read_text())["steps"])
             for pid in pids:
                 os.kill(pid, signal.SIGKILL)

@@ -43,8 +43,9 @@ def trained_tasks(jobs: list[dict], slot: int) -> np.ndarray:
 
 
 class ProgressEmulator:
-    def __init__(self, kube: Kube, namespace: str, table: np.ndarray, fine_grained: bool, lost: float = 0.0):
-        """`lost`: the fraction of a slot a new configuration spends starting (`dl2.sim.engine.advance`)."""
+    def __init__(self, kube: Kube, namespace: str, table: np.ndarray, fine_grained: bool,
+                 lost: tuple[float, float] = (0.0, 0.0)):
+        """`lost`: the fractions of a slot a new configuration spends starting (`dl2.sim.engine.advance`)."""
         self.kube, self.namespace, self.table, self.fine_grained, self.lost = kube, namespace, table, fine_grained, lost
 
     def advance(self, slot: int, jobs: list[dict], models: list[int], nodes: set[str]) -> tuple[float, list[str]]:

@@ -56,7 +56,7 @@ class KubeCluster:
         self.catalog = scenario.catalog
         # what the pods run and where progress comes from; by default the emulator's placeholders (KWOK)
         self.workload = workload or Emulated(namespace, scenario.true_table, scenario.options.fine_grained_jct,
-                                             scenario.restart_fraction)
+                                             scenario.lost)
         self.stats: list[np.ndarray] = []
         self._view: dict | None = None
 

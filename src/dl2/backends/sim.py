@@ -95,7 +95,7 @@ class SimulatedCluster:
         row = np.zeros(engine.NUM_STATS)
         engine.slot_stats(self.jobs, self.cluster, self._prev_workers, self._prev_ps, row)
         completed, reward = engine.advance(self.jobs, self.scenario.true_table, self.slot, self.scenario.options.fine_grained_jct,
-                                            self.scenario.restart_fraction, self._trained)
+                                            self.scenario.lost, self._trained)
         row[engine.STAT_REWARD] = reward
         self.stats.append(row)
         self.completed += completed

@@ -5,9 +5,13 @@
   for the pods it has, exactly as the simulator would.
 - `Trained`, for nodes that run containers (the kind testbed, or any cluster with a folder all nodes
   share): a job's PS and worker pods really train (`python -m dl2.testbed.training`, data-parallel PyTorch),
-  and its progress is the epochs its pods trained and checkpointed. A job's pods are one configuration
-  (P PS, W workers, started at one slot: its generation); when the allocation changes, the old pods are
-  stopped (they checkpoint on SIGTERM) and a new configuration resumes from the checkpoint.
+  and its progress is the epochs its pods trained and checkpointed. A job's pods form one configuration
+  (P PS, W workers; its generation: the slot it was planned in). When the allocation changes, an elastic
+  job (the default) keeps the pods whose (role, node) the new configuration still has, deletes the others
+  (they checkpoint on SIGTERM) and adds new ones; the controller writes the job's plan
+  (`dl2.testbed.training.plan`), and the surviving processes checkpoint, leave the old world and join the
+  new one without restarting, so only added pods pay the start-up. Without `elastic`, every change stops
+  all the job's pods and starts a whole new configuration, which resumes from the checkpoint.
 
 A workload holds no connection: the backend passes its client, so a backend pickles with its workload.
 """
@@ -27,6 +31,7 @@ from dl2.backends.emulator import ProgressEmulator, write_once
 from dl2.kube.client import Kube
 from dl2.kube.jobs import JobSpec
 from dl2.kube.resources import GENERATION_LABEL, JOB_LABEL, ROLE_LABEL, TASK_IMAGE, PodRuntime, jct_status, pod_manifest
+from dl2.testbed.training.plan import Plan, read_plan, write_plan
 from dl2.testbed.training.progress import read_progress
 from dl2.testbed.training.threads import CPU_LIMIT_ENV
 
@@ -65,7 +70,7 @@ class Emulated:
     namespace: str
     table: np.ndarray
     fine_grained: bool
-    lost: float = 0.0  # the fraction of a slot a new configuration spends starting (the preset's restart cost)
+    lost: tuple[float, float] = (0.0, 0.0)  # the fractions of a slot a new configuration spends starting (`Scenario.lost`)
     grace_seconds: int = 0
 
     def pods(self, job: dict, spec: JobSpec, tasks: Tasks, slot: int, existing: list[dict]) -> Desired:
@@ -99,6 +104,7 @@ class Trained:
     fine_grained: bool
     checkpoint_seconds: float = 2.0
     grace_seconds: int = 60  # a stopped configuration checkpoints before it exits
+    elastic: bool = True  # pods that keep their (role, node) survive a resize (module docstring)
 
     def state_folder(self, job: dict, in_pod: bool = False) -> Path:
         """Where the job's checkpoint and progress live, as the scheduler (or, `in_pod`, its pods) sees it:
@@ -109,13 +115,20 @@ class Trained:
 
     def starting(self, jobs: list[dict], pods: list[dict]) -> list[dict]:
         """The pods of a configuration (generation) newer than the one that wrote the job's last progress record:
-        they are starting (pulling, importing torch, meeting their peers) and have not acknowledged a step."""
-        trained = {}
+        they are starting (pulling, importing torch, meeting their peers) and have not acknowledged a step. An
+        elastic job's configuration is its plan's, which its surviving pods join too."""
+        trained, planned = {}, {}
         for job in jobs:
-            record = read_progress(self.state_folder(job))
-            trained[job["metadata"]["name"]] = -1 if record is None else int(record["generation"])
-        return [p for p in pods if int(p["metadata"]["labels"].get(GENERATION_LABEL, -1))
-                > trained.get(p["metadata"]["labels"].get(JOB_LABEL), 1 << 62)]
+            folder, name = self.state_folder(job), job["metadata"]["name"]
+            record = read_progress(folder)
+            trained[name] = -1 if record is None else int(record["generation"])
+            plan = read_plan(folder) if self.elastic else None
+            if plan is not None:
+                planned[name] = plan.generation
+        def generation(pod: dict) -> int:
+            labels = pod["metadata"]["labels"]
+            return max(int(labels.get(GENERATION_LABEL, -1)), planned.get(labels.get(JOB_LABEL), -1))
+        return [p for p in pods if generation(p) > trained.get(p["metadata"]["labels"].get(JOB_LABEL), 1 << 62)]
 
     def pods(self, job: dict, spec: JobSpec, tasks: Tasks, slot: int, existing: list[dict]) -> Desired:
         """Keep the job's running configuration if it is healthy and placed as `tasks`; else a new one,
@@ -128,8 +141,10 @@ class Trained:
         if record is not None and record["done"]:  # it finished since the last reading: no new pods to start
             return {}
         live = [p for p in existing if not p["metadata"].get("deletionTimestamp")]
-        placed = sorted((p["metadata"]["labels"][ROLE_LABEL], p["spec"].get("nodeName")) for p in live)
         healthy = all(p.get("status", {}).get("phase", "Pending") in ("Pending", "Running") for p in live)
+        if self.elastic:
+            return self._elastic_pods(job, spec, tasks, slot, live if healthy else [])
+        placed = sorted((p["metadata"]["labels"][ROLE_LABEL], p["spec"].get("nodeName")) for p in live)
         generations = {p["metadata"]["labels"].get(GENERATION_LABEL) for p in live}
         if live and healthy and len(generations) == 1 and placed == sorted(tasks):
             return {p["metadata"]["name"]: (p, p["spec"]["nodeName"]) for p in live}
@@ -137,16 +152,52 @@ class Trained:
         for role, nodes in (("ps", ps), ("worker", workers)):
             for index, node in enumerate(nodes):
                 pod = f"{name}-g{slot}-{role}-{index}"
-                desired[pod] = (self._manifest(job, spec, pod, role, index, len(ps), len(workers), slot, node), node)
+                desired[pod] = (self._manifest(job, spec, pod, role, slot, node, ["--role", role, "--index", str(index),
+                                "--num-ps", str(len(ps)), "--num-workers", str(len(workers)), "--generation", str(slot)]), node)
         return desired
 
-    def _manifest(self, job: dict, spec: JobSpec, pod: str, role: str, index: int, num_ps: int, num_workers: int,
-                  generation: int, node: str) -> dict:
+    def _elastic_pods(self, job: dict, spec: JobSpec, tasks: Tasks, slot: int, live: list[dict]) -> Desired:
+        """Keep the pods of the job's plan whose (role, node) `tasks` still has, add pods for the rest (named
+        `<job>-<role>-<generation>-<k>`: a name outlives configurations and is never reused), and write the new
+        plan (generation `slot`, or one past the plan's if that is not older) if it differs: per role, the kept
+        pods in their old order, then the added ones by node. `live`: the job's pods, none if any has failed
+        (its peers fail too: a whole new configuration)."""
+        folder, name = self.state_folder(job), job["metadata"]["name"]
+        plan = read_plan(folder)
+        members = plan.members if plan is not None else {}
+        wanted = defaultdict(int)
+        for task in tasks:
+            wanted[task] += 1
+        kept: dict[str, list[dict]] = {"ps": [], "worker": []}
+        for pod in sorted(live, key=lambda p: members.get(p["metadata"]["name"], ("", 1 << 30))[1]):
+            key = (pod["metadata"]["labels"][ROLE_LABEL], pod["spec"].get("nodeName"))
+            if pod["metadata"]["name"] in members and wanted[key] > 0:
+                wanted[key] -= 1
+                kept[key[0]].append(pod)
+        added = sorted(task for task, count in wanted.items() for _ in range(count))
+        survivors = [p["metadata"]["name"] for role in kept for p in kept[role]]
+        if not added and plan is not None and sorted(survivors) == sorted(members) == sorted(p["metadata"]["name"] for p in live):
+            return {p["metadata"]["name"]: (p, p["spec"]["nodeName"]) for p in live}  # unchanged
+        desired, new = {}, {}
+        generation = slot if plan is None else max(slot, plan.generation + 1)
+        for role in ("ps", "worker"):
+            order = [p["metadata"]["name"] for p in kept[role]]
+            desired.update((p["metadata"]["name"], (p, p["spec"]["nodeName"])) for p in kept[role])
+            for k, (_, node) in enumerate(t for t in added if t[0] == role):
+                pod = f"{name}-{role}-{generation}-{k}"
+                order.append(pod)
+                desired[pod] = (self._manifest(job, spec, pod, role, generation, node, ["--member", pod]), node)
+            new.update((pod, (role, index)) for index, pod in enumerate(order))
+        count = {role: sum(r == role for r, _ in new.values()) for role in ("ps", "worker")}
+        write_plan(folder, Plan(generation, count["ps"], count["worker"], new))
+        return desired
+
+    def _manifest(self, job: dict, spec: JobSpec, pod: str, role: str, generation: int, node: str, configuration: list[str]) -> dict:
+        """A training pod's manifest; `configuration`: its flags that say which process of which configuration it is."""
         name, rt = job["metadata"]["name"], self.runtime
-        args = ["-m", "dl2.testbed.training", "--job", name, "--model", self.catalog_names[spec.model], "--role", role,
-                "--index", str(index), "--num-ps", str(num_ps), "--num-workers", str(num_workers),
+        args = ["-m", "dl2.testbed.training", "--job", name, "--model", self.catalog_names[spec.model], *configuration,
                 "--state", str(self.state_folder(job, in_pod=True)), "--epochs", repr(spec.epochs),
-                "--mode", spec.mode, "--generation", str(generation), "--seed", str(job["status"]["jobId"]),
+                "--mode", spec.mode, "--seed", str(job["status"]["jobId"]),
                 "--checkpoint-seconds", repr(self.checkpoint_seconds), "--stop-timeout", str(max(1, self.grace_seconds - 5))]
         env = [{"name": "OMP_NUM_THREADS", "value": "1"}, {"name": "MKL_NUM_THREADS", "value": "1"},
                {"name": "HOME", "value": "/tmp"}, {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},

@@ -263,8 +263,8 @@ def schedule_slot(f: Frozen, jobs: Jobs, cl: Cluster, slot: int, greedy: bool, s
 
 @njit(cache=True)
 def run_episode(f: Frozen, jobs: Jobs, cl: Cluster, table: np.ndarray, ctl: np.ndarray, fine_grained: bool,
-                lost: float, trained: np.ndarray, assign_bundle: bool, max_slots: int, greedy: bool, seed: int, state: np.ndarray,
-                window_jobs: np.ndarray, mask: np.ndarray) -> tuple[int, int]:
+                lost: tuple[float, float], trained: np.ndarray, assign_bundle: bool, max_slots: int, greedy: bool, seed: int,
+                state: np.ndarray, window_jobs: np.ndarray, mask: np.ndarray) -> tuple[int, int]:
     """A whole trace in the decision environment (`dl2.learn.env`); returns (final status, decisions)."""
     if not greedy:
         np.random.seed(seed)

@@ -43,7 +43,7 @@ def _start_slot(jobs: Jobs, cl: Cluster, ctl: np.ndarray, max_tasks: int, assign
 
 @njit(cache=True)
 def _finish_slots(jobs: Jobs, cl: Cluster, table: np.ndarray, ctl: np.ndarray, max_tasks: int, fine_grained: bool,
-                  lost: float, trained: np.ndarray, assign_bundle: bool, max_slots: int, state: np.ndarray,
+                  lost: tuple[float, float], trained: np.ndarray, assign_bundle: bool, max_slots: int, state: np.ndarray,
                   window_jobs: np.ndarray, mask: np.ndarray) -> tuple[int, float]:
     """Train the current slot, then run slots until one needs a decision; (status, the slot's reward)."""
     n = jobs.model.shape[0]
@@ -63,7 +63,7 @@ def _finish_slots(jobs: Jobs, cl: Cluster, table: np.ndarray, ctl: np.ndarray, m
 
 @njit(cache=True)
 def env_reset(jobs: Jobs, cl: Cluster, table: np.ndarray, ctl: np.ndarray, max_tasks: int, fine_grained: bool,
-              lost: float, trained: np.ndarray, assign_bundle: bool, max_slots: int, state: np.ndarray,
+              lost: tuple[float, float], trained: np.ndarray, assign_bundle: bool, max_slots: int, state: np.ndarray,
               window_jobs: np.ndarray, mask: np.ndarray) -> int:
     """Start an episode at slot 0 and run to the first decision; returns a status. `lost` and `trained`:
     the restart cost, as `dl2.sim.engine.advance` takes it."""
@@ -82,7 +82,7 @@ def env_reset(jobs: Jobs, cl: Cluster, table: np.ndarray, ctl: np.ndarray, max_t
 
 @njit(cache=True)
 def env_step(jobs: Jobs, cl: Cluster, table: np.ndarray, ctl: np.ndarray, action: int, max_tasks: int,
-             fine_grained: bool, lost: float, trained: np.ndarray, assign_bundle: bool, max_slots: int,
+             fine_grained: bool, lost: tuple[float, float], trained: np.ndarray, assign_bundle: bool, max_slots: int,
              state: np.ndarray, window_jobs: np.ndarray, mask: np.ndarray, job_reward: np.ndarray) -> tuple[int, float]:
     """Apply one action; returns (status, reward): reward is the slot's when the action ended it, else 0.
     A slot that ends leaves each job's share of its reward in `job_reward` (by job index). `lost` and
@@ -101,7 +101,7 @@ def env_step(jobs: Jobs, cl: Cluster, table: np.ndarray, ctl: np.ndarray, action
 
 
 @njit(cache=True, inline="always")
-def _reward_share(jobs: Jobs, table: np.ndarray, i: int, lost: float, trained: np.ndarray) -> float:
+def _reward_share(jobs: Jobs, table: np.ndarray, i: int, lost: tuple[float, float], trained: np.ndarray) -> float:
     """Job i's part of the slot reward if the slot ended now: epochs it would train / its epochs."""
     if not jobs.active[i] or jobs.workers[i] == 0 or jobs.ps[i] == 0:
         return 0.0
@@ -110,7 +110,7 @@ def _reward_share(jobs: Jobs, table: np.ndarray, i: int, lost: float, trained: n
 
 
 @njit(cache=True)
-def slot_potential(jobs: Jobs, table: np.ndarray, lost: float, trained: np.ndarray) -> float:
+def slot_potential(jobs: Jobs, table: np.ndarray, lost: tuple[float, float], trained: np.ndarray) -> float:
     """The reward the slot would pay if it ended now, with epochs per slot from `table` and the restart cost
     (`lost`, `trained`: as `dl2.sim.engine.advance` takes it), changing nothing."""
     total = 0.0
@@ -168,7 +168,7 @@ class DecisionEnv(Episodes):
         self.table = scenario.true_table  # what jobs train at (the policy needs no speed model)
         p, o = scenario.preset, scenario.options
         self.fine_grained, self.assign_bundle, self.max_slots = o.fine_grained_jct, o.assign_bundle, o.max_slots
-        self.lost = scenario.restart_fraction
+        self.lost = scenario.lost
         self.cluster = make_cluster(p.num_nodes, p.node_cpu, p.node_gpu)
         self.ctl = np.zeros(3, dtype=np.int64)
 
@@ -272,7 +272,7 @@ class BackendEnv(Episodes):
 
     def potential(self, table: np.ndarray) -> float:
         """What the open slot would pay if it ended now, by `table` (a speed model's epochs per slot)."""
-        return slot_potential(self.alloc.jobs, table, self.scenario.restart_fraction, self.obs._trained)
+        return slot_potential(self.alloc.jobs, table, self.scenario.lost, self.obs._trained)
 
     def jct(self) -> np.ndarray:
         """Per-job JCT of the current trace, in trace order (nan for unfinished jobs)."""

@@ -46,7 +46,7 @@ def simulate_builtin(trace: Trace, name: str, scenario: Scenario, record_window:
         recorder = make_recorder(capacity, record_window or 1)
         stats = np.empty((min(o.max_slots, int(trace.arrival.max()) + 100_000), engine.NUM_STATS))
         slots = run_to_completion(POLICY_IDS[name], jobs, cluster, recorder, scenario.table, scenario.true_table,
-                                  p.max_tasks, o.fine_grained_jct, o.assign_bundle, stats, scenario.restart_fraction)
+                                  p.max_tasks, o.fine_grained_jct, o.assign_bundle, stats, scenario.lost)
         if slots < 0:
             raise Dl2Error(f"trace did not finish within {stats.shape[0]} slots under {name}")
         if recorder.count[0] <= capacity:

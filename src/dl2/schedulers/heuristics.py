@@ -221,10 +221,11 @@ def run_heuristic(policy: int, jobs: Jobs, cl: Cluster, rec: Recorder, slot: int
 
 @njit(cache=True)
 def run_to_completion(policy: int, jobs: Jobs, cl: Cluster, rec: Recorder, table: np.ndarray, true_table: np.ndarray,
-                      max_tasks: int, fine_grained: bool, assign_bundle: bool, stats: np.ndarray, lost: float) -> int:
+                      max_tasks: int, fine_grained: bool, assign_bundle: bool, stats: np.ndarray,
+                      lost: tuple[float, float]) -> int:
     """Simulate until every job completes under built-in policy `policy`; returns the number of slots, or -1
-    past `stats` rows. The policy knows `table`; jobs train at `true_table`, losing the fraction `lost` of a
-    slot to each new configuration (`dl2.sim.engine.advance`)."""
+    past `stats` rows. The policy knows `table`; jobs train at `true_table`, losing a fraction of `lost` (restart,
+    rejoin) of a slot to each new configuration (`dl2.sim.engine.advance`)."""
     n = jobs.model.shape[0]
     prev_workers = np.zeros(n, dtype=np.int64)
     prev_ps = np.zeros(n, dtype=np.int64)

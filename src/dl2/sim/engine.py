@@ -53,10 +53,17 @@ def restarts(jobs: Jobs, trained: np.ndarray, i: int) -> bool:
 
 
 @njit(cache=True, inline="always")
-def starting_fraction(jobs: Jobs, trained: np.ndarray, i: int, lost: float) -> float:
-    """The fraction of this slot job i, training, spends starting: `lost` if it starts a new configuration
-    (`restarts`), else 0 (and 0 whenever `lost` is, without reading `trained`)."""
-    return lost if lost > 0.0 and restarts(jobs, trained, i) else 0.0
+def starting_fraction(jobs: Jobs, trained: np.ndarray, i: int, lost: tuple[float, float]) -> float:
+    """The fraction of this slot job i, training, spends starting, of `lost` (restart, rejoin): 0 if it keeps
+    its configuration (`restarts`); rejoin if the new one only removes tasks (no more workers and no more PS
+    than `trained[i]`: the survivors meet again, no pod starts); restart if it adds any (a first start too).
+    0 whenever both are, without reading `trained`."""
+    restart, rejoin = lost
+    if (restart == 0.0 and rejoin == 0.0) or not restarts(jobs, trained, i):
+        return 0.0
+    if jobs.workers[i] <= trained[i, WORKER] and jobs.ps[i] <= trained[i, PS]:
+        return rejoin
+    return restart
 
 
 @njit(cache=True, inline="always")
@@ -70,18 +77,20 @@ def slot_epochs(jobs: Jobs, table: np.ndarray, i: int, start: float) -> float:
 
 
 @njit(cache=True)
-def advance(jobs: Jobs, table: np.ndarray, slot: int, fine_grained: bool, lost: float, trained: np.ndarray) -> tuple[int, float]:
+def advance(jobs: Jobs, table: np.ndarray, slot: int, fine_grained: bool, lost: tuple[float, float],
+            trained: np.ndarray) -> tuple[int, float]:
     """Train every job that has a worker and a PS for one slot; returns (jobs completed, slot reward: the
     epochs trained as fractions of the epochs schedulers are told).
 
-    Restart cost: `lost` (the preset's restart_seconds / slot_seconds, at most 1) is the fraction of the slot
-    a job that starts a new configuration (`restarts`) spends starting its pods; it trains only the slot's
-    rest, so its epochs are the table's times (1 - lost), and if it completes, it does so at
-    slot - 1 + lost + (1 - lost) * (the fraction of the rest it needed). `trained` (jobs, 2) holds the
-    [workers, PS] each job trained with in the previous slot, and this slot's on return; with `lost` 0 it is
-    neither read nor kept, and the slot trains as it always did."""
+    Reconfiguration cost: `lost` (restart, rejoin) are the preset's restart and rejoin seconds over its
+    slot_seconds (`Scenario.lost`); a job that starts a new configuration (`restarts`) spends the fraction
+    `starting_fraction` of the slot starting (restart if it adds a task, rejoin if it only removes some);
+    it trains only the slot's rest, so its epochs are the table's times (1 - that), and if it completes, it
+    does so at slot - 1 + f + (1 - f) * (the fraction of the rest it needed). `trained` (jobs, 2) holds the
+    [workers, PS] each job trained with in the previous slot, and this slot's on return; with both costs 0
+    it is neither read nor kept, and the slot trains as it always did."""
     completed, reward = 0, 0.0
-    restart = lost > 0.0
+    restart = lost[0] > 0.0 or lost[1] > 0.0
     for i in range(jobs.model.shape[0]):
         if not jobs.active[i] or jobs.workers[i] == 0 or jobs.ps[i] == 0:
             if restart:

@@ -64,6 +64,15 @@ class Scenario:
         its slot_seconds, at most 1): `dl2.sim.engine.advance`'s `lost`."""
         return min(self.preset.restart_seconds / self.preset.slot_seconds, 1.0)
 
+    @property
+    def lost(self) -> tuple[float, float]:
+        """(restart, rejoin): the fractions of a slot a job's new configuration spends starting if it adds a task
+        (`restart_fraction`) or only removes some (the preset's rejoin_seconds, restart_seconds where it has
+        none, over its slot_seconds, at most 1): `dl2.sim.engine.advance`'s `lost`."""
+        p = self.preset
+        rejoin = p.restart_seconds if p.rejoin_seconds is None else p.rejoin_seconds
+        return self.restart_fraction, min(rejoin / p.slot_seconds, 1.0)
+
     def jobs(self, trace: Trace) -> tuple[Jobs, np.ndarray]:
         """Fresh job arrays for `trace`, and the order (trace row per job index) they are in."""
         if trace.model_names != self.catalog.names:

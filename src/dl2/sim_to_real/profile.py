@@ -47,6 +47,7 @@ from dl2.kube.jobs import JobSpec
 from dl2.kube.resources import PodRuntime
 from dl2.paths import atomic_path, repo_root, write_csv_atomic, write_json_atomic
 from dl2.sim.scenario import Scenario
+from dl2.testbed.training.plan import Plan, read_plan
 from dl2.testbed.training.progress import read_progress
 from dl2.workload.catalog import load_catalog
 from dl2.workload.presets import Preset
@@ -92,9 +93,10 @@ def allowed_configurations(max_tasks: int, num_nodes: int, models: Sequence[str]
     return tuple(grid)
 
 
-def training_processes(state_in_pod: str, role: str | None = None, index: int | None = None) -> list[int]:
+def training_processes(state_in_pod: str, role: str | None = None, index: int | None = None, plan: Plan | None = None) -> list[int]:
     """Host pids of a job's training processes (`python -m dl2.testbed.training --state STATE ...`), of one role and
-    index if given: a kind node is a container, so the processes of its pods are this host's."""
+    index if given: a kind node is a container, so the processes of its pods are this host's. An elastic job's
+    process (`--member NAME`) has the role and index `plan` (the job's, read from its state folder) gives it."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -105,9 +107,12 @@ def training_processes(state_in_pod: str, role: str | None = None, index: int | 
             continue
         if "dl2.testbed.training" not in args or "--state" not in args or args[args.index("--state") + 1] != state_in_pod:
             continue
-        if role is not None and args[args.index("--role") + 1] != role:
-            continue
-        if index is not None and args[args.index("--index") + 1] != str(index):
+        if "--member" in args:
+            mine = plan.members.get(args[args.index("--member") + 1]) if plan is not None else None
+            has_role, has_index = mine if mine is not None else (None, None)
+        else:
+            has_role, has_index = args[args.index("--role") + 1], int(args[args.index("--index") + 1])
+        if (role is not None and has_role != role) or (index is not None and has_index != index):
             continue
         found.append(int(entry.name))
     return found
@@ -122,12 +127,12 @@ def _cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _process_cpu(state_in_pod: str, num_ps: int, num_workers: int) -> dict[tuple[str, int], float | None]:
+def _process_cpu(state_in_pod: str, num_ps: int, num_workers: int, plan: Plan | None) -> dict[tuple[str, int], float | None]:
     """CPU seconds so far of each of the job's processes, by (role, index)."""
     out: dict[tuple[str, int], float | None] = {}
     for role, count in (("ps", num_ps), ("worker", num_workers)):
         for k in range(count):
-            pids = training_processes(state_in_pod, role, k)
+            pids = training_processes(state_in_pod, role, k, plan)
             out[role, k] = _cpu_seconds(pids[0]) if len(pids) == 1 else None
     return out
 
@@ -138,6 +143,8 @@ class Measuring(Trained):
 
     seconds: float = 10.0
     timeout: float = 300.0  # for a configuration to start and write its first progress record
+    elastic: bool = False  # every configuration starts anew: its start-up is what `restart_seconds` models (True: a
+    #                        resize's, what `rejoin_seconds` models for a shrink)
     measured: list[dict] = field(default_factory=list)
 
     def advance(self, kube: Kube, slot: int, jobs: list[dict], specs: list[JobSpec], nodes: set[str],
@@ -146,10 +153,10 @@ class Measuring(Trained):
         folder, in_pod = self.state_folder(job), str(self.state_folder(job, in_pod=True))
         first = self._record(folder, lambda r: r["generation"] == slot,
                              f"{spec.model}: the configuration started at slot {slot} wrote no progress within {self.timeout:g} s")
-        cpu_before = _process_cpu(in_pod, first["num_ps"], first["num_workers"])
+        cpu_before = _process_cpu(in_pod, first["num_ps"], first["num_workers"], read_plan(folder))
         last = self._record(folder, lambda r: r["generation"] == slot and r["time"] >= first["time"] + self.seconds,
                             f"{spec.model}: the configuration of slot {slot} stopped writing progress")
-        cpu_after = _process_cpu(in_pod, last["num_ps"], last["num_workers"])
+        cpu_after = _process_cpu(in_pod, last["num_ps"], last["num_workers"], read_plan(folder))
         window = last["time"] - first["time"]
 
         def cores(role: str, count: int) -> list[float]:

@@ -39,12 +39,17 @@ class Preset(Checked):
     node_cpu: int = bounded(at_least=1, default=NODE_CPU_SLOTS)
     node_gpu: int = bounded(at_least=1, default=NODE_GPU_SLOTS)
     restart_seconds: float = bounded(at_least=0, default=0.0)  # a job whose configuration changes trains nothing for this long
+    # ... or this long if the new configuration only removes tasks (its surviving pods meet again, none starts);
+    # None: restart_seconds
+    rejoin_seconds: float | None = bounded(at_least=0, default=None)
     world: ClassVar[str] = PS_WORKER  # params.yaml's `world` key, which picks the type
 
     def __repr__(self) -> str:
-        """The dataclass's repr, with `restart_seconds` only where it is not 0: what hashes a preset's repr
-        (ablation cells' digests, training checkpoints' tags) is unchanged for a preset without the key."""
-        shown = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.name != "restart_seconds" or self.restart_seconds]
+        """The dataclass's repr, with `restart_seconds` only where it is not 0 and `rejoin_seconds` only where it is
+        set: what hashes a preset's repr (ablation cells' digests, training checkpoints' tags) is unchanged for a
+        preset without the keys."""
+        hidden = {"restart_seconds": not self.restart_seconds, "rejoin_seconds": self.rejoin_seconds is None}
+        shown = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if not hidden.get(f.name, False)]
         return f"{type(self).__qualname__}({', '.join(shown)})"
 
 

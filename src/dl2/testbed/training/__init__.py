@@ -6,6 +6,12 @@ Every process of a job runs the same command (one world of P PS and W workers pe
         --state DIR --epochs E --generation G [--mode {sync,async}] [--seed S] [--checkpoint-every K]
         [--checkpoint-seconds T] [--log-seconds L] [--timeout SECONDS] [--stop-timeout SECONDS]
 
+or, for an elastic job, `--member NAME` instead of the five configuration flags: the process takes its role,
+index, P, W and G from the job's plan (`DIR/plan.json`, written by the controller: `plan`); when the plan
+moves to a newer generation, PS 0 checkpoints and stops the world, and every process still a member joins
+the new configuration without restarting (only added processes pay the start-up); one that is no longer a
+member exits 0.
+
 MODEL is one of the catalog's job types; each trains a CPU-sized stand-in (`models`). The PS hold the
 parameters, sharded by whole tensors (`shards`); workers pull every shard, compute gradients on their own
 synthetic batches and push each shard's part to its PS, which apply the optimizer: in sync mode the mean
@@ -37,6 +43,7 @@ Files in DIR, each written atomically (temporary file, fsync, rename), only by P
   (that configuration's steps over its seconds since its rendezvous and start: the batches per second of
   all its workers together, DL2's speed), train_seconds (seconds of training over all configurations),
   time (Unix time of the write). The loss values are null until a checkpoint has acknowledged a step.
+- `plan.json` (written by the controller, not PS 0; elastic jobs only): the configuration to form (`plan`).
 - `owner.lock` (flock held by the live PS 0) and `owner.json` ({generation, pid, host, since}: the
   configuration that owns the folder); `rendezvous/g<G>-p<P>-w<W>` (FileStore of a configuration).
 
@@ -49,7 +56,8 @@ with the events `start` (every process, first: model, configuration, generation,
 says whether it resumed and from which step, a worker the digest of the parameters it pulled),
 `progress` (PS 0, every --log-seconds L without a checkpoint: step, epochs, mean loss since the last
 checkpoint, steps/s since its previous line), `checkpoint` (PS 0: the same, steps/s since the previous
-checkpoint, and the file written; the others: the step acknowledged) and `exit` (every process, last: the
+checkpoint, and the file written; the others: the step acknowledged), `rejoin` (an elastic job's process that
+joins the plan's next configuration: its P, W, generation) and `exit` (every process, last: the
 exit code and why). Nothing is logged per step.
 """
 

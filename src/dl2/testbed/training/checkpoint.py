@@ -28,10 +28,11 @@ from typing import Any
 import torch
 
 from dl2.errors import Dl2Error
-from dl2.testbed.training.progress import atomic_write
+from dl2.testbed.training.progress import PROGRESS, atomic_write
 
 CHECKPOINT, OWNER, OWNER_LOCK = "checkpoint.pt", "owner.json", "owner.lock"
 FORMAT = "dl2-training-checkpoint/1"
+_held: dict[Path, int] = {}  # state folder -> the descriptor holding its lock, in this process
 
 
 @dataclass
@@ -117,8 +118,12 @@ def check_not_stale(state_dir: Path, generation: int) -> None:
 def claim_ownership(state_dir: Path, generation: int, stop: threading.Event, timeout: float, log: Callable[[str], None]) -> bool:
     """Make this process the folder's only writer for `generation`: wait (polling, so `stop` is honoured) for the
     `owner.lock` flock, then record the generation in `owner.json`. The lock's descriptor stays open, so the lock
-    is held until the process ends. False if `stop` was set first; a generation not newer than the last owner's
-    is an error. `log` hears once if it has to wait."""
+    is held until the process ends (or `release_ownership`); a process that holds it already (an elastic job's PS 0
+    that stays PS 0 in the next configuration) keeps it. False if `stop` was set first; a generation not newer
+    than the last owner's is an error. `log` hears once if it has to wait."""
+    key = state_dir.resolve()
+    if key in _held:
+        return _record_owner(state_dir, generation)
     fd = os.open(state_dir / OWNER_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     deadline = time.monotonic() + timeout
     for attempt in itertools.count():
@@ -135,13 +140,27 @@ def claim_ownership(state_dir: Path, generation: int, stop: threading.Event, tim
                 raise TimeoutError(f"another configuration of this job still owns {state_dir} after {timeout:.0f} s "
                                    f"(owner.json: generation {owner_generation(state_dir)})") from None
             time.sleep(0.1)
+    _held[key] = fd
+    return _record_owner(state_dir, generation)
+
+
+def release_ownership(state_dir: Path) -> None:
+    """Let go of the folder's lock if this process holds it (its next configuration's PS 0 is another process)."""
+    fd = _held.pop(state_dir.resolve(), None)
+    if fd is not None:
+        os.close(fd)
+
+
+def _record_owner(state_dir: Path, generation: int) -> bool:
+    """Record `generation` as the owner's, holding the lock (released on an error)."""
     owner = owner_generation(state_dir)
     if owner is not None and owner >= generation:
-        os.close(fd)
+        release_ownership(state_dir)
         raise Dl2Error(f"generation {generation} was already used or is stale: generation {owner} owned this job last "
                        f"({state_dir / OWNER}); give each new configuration a larger --generation")
-    for leftover in state_dir.glob(".*.tmp-*"):  # a previous owner's write cut short by SIGKILL
-        leftover.unlink(missing_ok=True)
+    for name in (CHECKPOINT, PROGRESS, OWNER):  # a previous owner's write cut short by SIGKILL (not the controller's plan)
+        for leftover in state_dir.glob(f".{name}.tmp-*"):
+            leftover.unlink(missing_ok=True)
     atomic_write(state_dir / OWNER, json.dumps({"generation": generation, "pid": os.getpid(), "host": os.uname().nodename,
                                                 "since": round(time.time(), 3)}).encode())
     return True

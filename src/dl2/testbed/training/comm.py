@@ -7,7 +7,7 @@ the protocol posts receives before it waits on sends.
 
 Every data message (worker <-> PS, tag 0) is one float32 tensor: a header of four float64 fields (in the
 first 8 float32 slots) and the shard's flat payload (gradient or parameters). A worker's header is (kind:
-PULL, GRAD or PAUSED; stop requested; the batch's loss; 0), a PS's answer's (PARAMS or PAUSE; stop
+PULL, GRAD, PAUSED or BYE; stop requested; the batch's loss; 0), a PS's answer's (PARAMS or PAUSE; stop
 requested; 0; 0). Control messages (PS 0 <-> the others, tag 1) are four float64 fields (RESUME or STOP;
 acknowledged steps; 0; 0), or serialized objects (length, then bytes).
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 import io
 import queue
 import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,8 @@ import torch.distributed as dist
 
 TAG_DATA, TAG_CTRL = 0, 1
 HEADER = 8  # float32 slots holding four float64 fields
-# header[0] of a worker's message to a PS
-PULL, GRAD, PAUSED = 0, 1, 2
+# header[0] of a worker's message to a PS (BYE: its last, after PS 0 said stop)
+PULL, GRAD, PAUSED, BYE = 0, 1, 2, 3
 # header[0] of a PS's reply to a worker
 PARAMS, PAUSE = 0, 1
 # PS 0's decision, at the start and after every checkpoint
@@ -58,6 +59,11 @@ def rendezvous(state_dir: Path, generation: int, num_ps: int, num_workers: int, 
         dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timedelta(seconds=timeout))
     except RuntimeError as exc:
         raise PeerLost(f"the rendezvous of {world} processes in {path} did not complete: {exc}") from None
+
+
+def leave() -> None:
+    """Leave the configuration's world (its messages all done), so that the process can join another."""
+    dist.destroy_process_group()
 
 
 def remove_stores(state_dir: Path, below: int) -> None:
@@ -127,14 +133,16 @@ class Inbox:
     """A PS's receiving side: one thread per worker receives that worker's data messages into one queue.
 
     Receiving from each worker by rank (rather than from any source) lets gloo report a dead worker at once;
-    the queue gives the PS the messages in arrival order, whichever worker sent them.
+    the queue gives the PS the messages in arrival order, whichever worker sent them. A worker's BYE ends
+    its thread (`close` waits for all), so no receive is left posted when the process leaves the world.
     """
 
     def __init__(self, workers: list[int], numel: int, num_ps: int):
         self.queue: queue.Queue = queue.Queue()
         self.num_ps = num_ps
-        for rank in workers:
-            threading.Thread(target=self._receive, args=(rank, numel), daemon=True).start()
+        self.threads = [threading.Thread(target=self._receive, args=(rank, numel), daemon=True) for rank in workers]
+        for thread in self.threads:
+            thread.start()
 
     def _receive(self, rank: int, numel: int) -> None:
         while True:
@@ -144,7 +152,17 @@ class Inbox:
             except RuntimeError as exc:
                 self.queue.put((rank, PeerLost(f"lost {role_of(rank, self.num_ps)}: {exc}")))
                 return
+            if int(header(msg)[0]) == BYE:
+                return
             self.queue.put((rank, msg))
+
+    def close(self, timeout: float) -> None:
+        """Wait for every worker's BYE (after PS 0's stop); PeerLost if one does not come within `timeout` s."""
+        deadline = time.monotonic() + timeout
+        for rank, thread in zip(range(self.num_ps, self.num_ps + len(self.threads)), self.threads):
+            thread.join(max(deadline - time.monotonic(), 0.0))
+            if thread.is_alive():
+                raise PeerLost(f"{role_of(rank, self.num_ps)} did not say goodbye within {timeout:g} s")
 
     def get(self) -> tuple[int, torch.Tensor]:
         """The next message and its sender's rank; raises PeerLost if a worker was lost."""

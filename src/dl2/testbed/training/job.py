@@ -29,6 +29,7 @@ class JobConfig:
     checkpoint_seconds: float = 5.0  # 0: off
     timeout: float = 300.0  # rendezvous, waiting for the folder's previous owner, and any one message
     log_seconds: float = 10.0  # PS 0's progress line between checkpoints; 0: off
+    member: str = ""  # an elastic job's member name in its plan (`dl2.testbed.training.plan`); "": a fixed configuration
 
     @property
     def rank(self) -> int:

@@ -6,9 +6,10 @@ their mean, then answers them all with the same new parameters; in async mode it
 it arrives and answers that worker alone.
 
 PS 0 decides when to checkpoint (every k steps, every t seconds, on SIGTERM anywhere in the job, at the
-target): from then on it answers "pause" instead of "parameters". A paused worker tells every PS so; once
-all workers have paused, every PS has applied exactly the same gradients, the other PS send PS 0 their
-shards, and PS 0 writes the checkpoint and the progress file, then tells everyone to resume or to stop.
+target, when an elastic job's plan moves to a newer configuration): from then on it answers "pause" instead
+of "parameters". A paused worker tells every PS so; once all workers have paused, every PS has applied
+exactly the same gradients, the other PS send PS 0 their shards, and PS 0 writes the checkpoint and the
+progress file, then tells everyone to resume or to stop.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dl2.testbed.training import comm
 from dl2.testbed.training.checkpoint import CHECKPOINT, Checkpoint, load_checkpoint, progress_record
 from dl2.testbed.training.job import JobConfig
 from dl2.testbed.training.models import get_standin
+from dl2.testbed.training.plan import PlanWatch
 from dl2.testbed.training.progress import write_progress
 from dl2.testbed.training.shards import Shard, make_shards
 
@@ -56,6 +58,7 @@ class ParameterServer:
                 paused.update(batch)
                 if len(paused) == len(workers):
                     if self.checkpoint():
+                        inbox.close(self.job.timeout)
                         return
                     paused.clear()
                 continue
@@ -145,6 +148,7 @@ class Coordinator(ParameterServer):
         self.pausing = self.stop_seen = False
         self.losses: list[float] = []
         self.last: Checkpoint | None = None
+        self.plan = PlanWatch(job.state, job.generation) if job.member else None  # an elastic job's newer configuration
 
     def start(self) -> bool:
         """Load the checkpoint (or the seed's initial model), send each PS its shard; False if the job is done."""
@@ -206,10 +210,14 @@ class Coordinator(ParameterServer):
         """PAUSE from the moment a checkpoint is due until it is written."""
         if not self.pausing:
             job = self.job
-            self.pausing = (self.stop.is_set() or self.stop_seen or self.steps >= self.target
+            self.pausing = (self.stop.is_set() or self.stop_seen or self.steps >= self.target or self.resizing()
                             or (job.checkpoint_every > 0 and self.steps - self.checkpointed_steps >= job.checkpoint_every)
                             or (job.checkpoint_seconds > 0 and time.monotonic() - self.checkpointed_at >= job.checkpoint_seconds))
         return comm.PAUSE if self.pausing else comm.PARAMS
+
+    def resizing(self) -> bool:
+        """Whether an elastic job's plan has a newer configuration than this one."""
+        return self.plan is not None and self.plan.moved()
 
     def checkpoint(self) -> bool:
         """All workers paused: gather the shards, write checkpoint and progress, tell everyone; True to stop."""
@@ -230,9 +238,10 @@ class Coordinator(ParameterServer):
         ckpt.save(job.state)
         rate = (self.steps - self.began_steps) / max(now - self.began, 1e-9)
         write_progress(job.state, progress_record(ckpt, self.standin.steps_per_epoch, job.epochs, rate, self.began_steps))
-        stop = ckpt.done or self.stop.is_set() or self.stop_seen
+        resizing = self.resizing()
+        stop = ckpt.done or self.stop.is_set() or self.stop_seen or resizing
         comm.send_control(comm.STOP if stop else comm.RESUME, self.steps, list(range(1, job.world)), job.num_ps)
-        why = ", done" if ckpt.done else (", stopping" if stop else "")
+        why = ", done" if ckpt.done else (", stopping" if self.stop.is_set() or self.stop_seen else ", resizing" if resizing else "")
         self.log_line("checkpoint", now, self.checkpointed_at, self.checkpointed_steps, f", written to {job.state / CHECKPOINT}{why}")
         self.last, self.losses, self.pausing = ckpt, [], False
         self.checkpointed_at, self.checkpointed_steps = now, self.steps

@@ -3,7 +3,7 @@
 Its batches come from a generator seeded by (job seed, generation, worker index), so every worker of every
 configuration sees its own data of the job's one task. Each push is answered with the shard's new
 parameters, or with PS 0's pause: then the worker tells every PS it has paused and waits for PS 0's
-decision (resume or stop) after the checkpoint.
+decision (resume or stop) after the checkpoint; told to stop, it says goodbye to every PS.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ class Worker:
                 cmd, self.steps = comm.recv_control(self.job.num_ps)
                 self.job.log("checkpoint", f"step {self.steps} acknowledged" + (", stopping" if cmd == comm.STOP else ""))
                 if cmd == comm.STOP:
+                    self.push(comm.BYE, answered=False)
                     return
                 self.paused = False
             self.push(comm.GRAD, self.gradient())
