@@ -33,6 +33,7 @@ def job_step_microseconds(intervals: int = 200) -> float:
         counts = [4] * (replicas // 4) + ([replicas % 4] if replicas % 4 else [])
         jobs.counts[j, : len(counts)] = counts
         jobs.nnodes[j] = len(counts)
+        jobs.step_sync_bsz[j] = -1
         kernels.set_batch(jobs, j, tables[jobs.app[j]])
     left, clock = np.zeros(len(workload), dtype=np.int64), np.zeros(len(workload), dtype=np.int64)
     kernels.advance_all(jobs, 60, 0, tables, False, left, clock)  # compiled before timing

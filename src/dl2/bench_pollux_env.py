@@ -3,19 +3,30 @@
 actions drawn in one batch per step, per variant and action rule: "random" (uniform over the legal actions,
 void included) and "fill" (void only when nothing else is legal, so every interval hands out its GPUs).
 Decisions and intervals per second, and the share of the wall time spent in the world's own steps (training
-the intervals, with pollux-batch's throughput-model refits, and applying placements)."""
+the intervals, with pollux-batch's throughput-model refits, and applying placements). Then PPO end to end
+(`ppo_end_to_end`): one rollout and clipped update of the full run's shape (params.yaml `pollux_dl2.run`:
+8 environments x 256 decisions, 4 epochs of 512-decision minibatches, the 2x128 per-job network, one torch
+thread). The date, commit and the machine's load are recorded beside: on the shared 2-core machine the
+numbers move with the load."""
 
 from __future__ import annotations
 
+import os
 import platform
+import subprocess
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from dl2.learn.pollux.env import VARIANTS, PolluxDecisionEnv
+from dl2.learn.pollux.finetune import finetune
+from dl2.learn.pollux.model import PolluxNets, pollux_net_config
+from dl2.learn.pollux.settings import PolluxTrainSettings
 from dl2.learn.pollux.vec import PolluxVecEnv
-from dl2.paths import write_json_atomic
+from dl2.paths import repo_root, write_json_atomic
 from dl2.pollux.grid import POLLUX_DATA
 from dl2.pollux.workload import read_workload
 from dl2.workload.presets import POLLUX, get_preset
@@ -48,13 +59,49 @@ def measure(variant: str, rule: str, steps: int, num_envs: int = 16, window: int
             "world_share": (sum(env.world_seconds for env in envs) - world) / seconds}
 
 
+def ppo_end_to_end(variant: str = "tuned", seed: int = 0) -> dict:
+    """Seconds and decisions/s of one PPO update at the full run's shape (rollout, then update), on the
+    artifact's 1x-load workloads, after an untimed update (numba compiled, the environments started)."""
+    settings = PolluxTrainSettings(variant=variant, ppo_updates=1)
+    workloads = [read_workload(POLLUX_DATA / "workloads" / f"workload-{k}.csv") for k in range(1, 9)]
+    previous = torch.get_num_threads()
+    torch.set_num_threads(settings.threads)
+    try:
+        torch.manual_seed(seed)
+        nets = PolluxNets(pollux_net_config(settings))
+        finetune(nets, workloads, get_preset(POLLUX), settings, np.random.default_rng(seed))
+        start = time.perf_counter()
+        history = finetune(nets, workloads, get_preset(POLLUX), settings, np.random.default_rng(seed))
+        seconds = time.perf_counter() - start
+    finally:
+        torch.set_num_threads(previous)
+    decisions = int(history["decisions"].iloc[-1])
+    return {"decisions": decisions, "seconds": seconds, "decisions_per_second": decisions / seconds,
+            "num_envs": settings.num_envs, "rollout_length": settings.rollout_length, "ppo_epochs": settings.ppo_epochs,
+            "ppo_batch_size": settings.ppo_batch_size, "hidden": list(settings.hidden)}
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo_root(), capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
 def pollux_env_benchmark(out: str | Path | None = None) -> dict:
-    """Every variant under every action rule; written as JSON to `out`."""
-    results: dict = {"machine": {"python": platform.python_version(), "processor": platform.machine()},
+    """Every variant under every action rule, then PPO end to end; written as JSON to `out`
+    (published: data/published/bench/pollux_env.json)."""
+    load_before = os.getloadavg()
+    results: dict = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "commit": _commit(),
+                     "machine": {"cores": os.cpu_count(), "processor": platform.machine(),
+                                 "python": platform.python_version(), "load_average_1min_before": round(load_before[0], 2)},
                      "envs": 16, "window": 20, "workloads": "artifact's workloads 1-8 at 1x load", "runs": {}}
     for variant in VARIANTS:
         for rule in RULES:
             results["runs"][f"{variant}/{rule}"] = measure(variant, rule, STEPS[variant])
+    results["ppo_end_to_end"] = {"tuned": ppo_end_to_end("tuned")}
+    results["machine"]["load_average_1min_after"] = round(os.getloadavg()[0], 2)
     if out is not None:
         write_json_atomic(out, results)
     return results

@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from dl2.errors import Dl2Error
 from dl2.pollux import kernels
 from dl2.pollux.apps import Application, app_tables, load_applications
-from dl2.pollux.perf_model import fit_perf_params
+from dl2.pollux.perf_model import fit_profile
 from dl2.pollux.workload import Workload
 from dl2.workload.presets import PolluxPreset
 
@@ -123,8 +123,7 @@ class Cluster:
 
     def _refit(self, j: int) -> None:
         start = time.perf_counter()
-        rows = self.jobs.profile[j, : self.jobs.profile_count[j]]
-        self.jobs.perf[j] = fit_perf_params(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3], rows[:, 4])
+        self.jobs.perf[j] = fit_profile(self.jobs.profile[j, : self.jobs.profile_count[j]])
         self.jobs.has_perf[j] = True
         self.model_seconds += time.perf_counter() - start
 
@@ -173,6 +172,7 @@ class Cluster:
         jobs.counts[j, :] = 0
         jobs.counts[j, : len(counts)] = counts
         jobs.nnodes[j] = len(counts)
+        jobs.step_sync_bsz[j] = -1  # a new placement: its throughput is computed afresh
         kernels.set_batch(jobs, j, self.tables[jobs.app[j]])
         jobs.rescale[j] = self.preset.restart_seconds
         jobs.restarts[j] += 1  # -1 (never started) -> 0

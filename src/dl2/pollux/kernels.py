@@ -46,6 +46,8 @@ class JobArrays(NamedTuple):
     has_perf: np.ndarray  # bool, whether `perf` holds a fit
     profile: np.ndarray  # (J, MAX_PROFILE, 5) float64 nodes, replicas, local bsz, step time, sync time measured
     profile_count: np.ndarray  # int64 rows of `profile` in use
+    step_sync: np.ndarray  # (J, 2) float64 `throughput` of its placement at `step_sync_bsz` (a cache)
+    step_sync_bsz: np.ndarray  # int64 the per-GPU batch `step_sync` holds, -1: none (set so when `counts` change)
 
 
 def make_jobs(app: np.ndarray, submit: np.ndarray, target_bsz: np.ndarray) -> JobArrays:
@@ -59,6 +61,7 @@ def make_jobs(app: np.ndarray, submit: np.ndarray, target_bsz: np.ndarray) -> Jo
         progress=np.zeros(n), epoch=np.zeros(n, dtype=np.int64), attained=np.zeros(n),
         restarts=np.full(n, -1, dtype=np.int64), grad=np.full((n, 2), np.nan), perf=np.zeros((n, PERF_PARAMS)),
         has_perf=np.zeros(n, dtype=np.bool_), profile=np.zeros((n, MAX_PROFILE, 5)), profile_count=np.zeros(n, dtype=np.int64),
+        step_sync=np.zeros((n, 2)), step_sync_bsz=np.full(n, -1, dtype=np.int64),
     )
 
 
@@ -401,7 +404,11 @@ def advance(jobs: JobArrays, j: int, seconds: int, now: int, t: AppTables, measu
         atomic, accum, epoch = jobs.atomic_bsz[j], jobs.accum_steps[j], jobs.epoch[j]
         batch_size = replicas * atomic * (accum + 1)
         scale = batch_size / t.init_bsz
-        step, sync = throughput(t, counts, float(atomic))
+        if jobs.step_sync_bsz[j] == atomic:  # the placement's throughput at this batch, as computed before
+            step, sync = jobs.step_sync[j, 0], jobs.step_sync[j, 1]
+        else:
+            step, sync = throughput(t, counts, float(atomic))
+            jobs.step_sync[j, 0], jobs.step_sync[j, 1], jobs.step_sync_bsz[j] = step, sync, atomic
         if np.isnan(step):
             raise ValueError("a placement and batch size outside the measured throughput")
         sqr, var = grad_stats(t, float(batch_size), epoch)

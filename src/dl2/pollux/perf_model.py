@@ -6,6 +6,8 @@ priors. The gradient is written out, not taken by automatic differentiation."""
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 import scipy.optimize
 
@@ -88,3 +90,16 @@ def fit_perf_params(nodes: np.ndarray, replicas: np.ndarray, atomic_bsz: np.ndar
         params[2] = max(params[2], params[4] * 1.1)
         params[3] = max(params[3], params[5] * 1.1)
     return params
+
+
+@lru_cache(maxsize=1 << 14)
+def _fit_profile(rows: bytes) -> np.ndarray:
+    profile = np.frombuffer(rows).reshape(-1, 5)
+    return fit_perf_params(profile[:, 0], profile[:, 1], profile[:, 2], profile[:, 3], profile[:, 4])
+
+
+def fit_profile(profile: np.ndarray) -> np.ndarray:
+    """`fit_perf_params` of a job's measured rows (nodes, replicas, local batch size, step time, sync time),
+    remembered by the rows' bytes: jobs of one application that measured the same configurations alike, in
+    one run or across runs, share one fit (the same numbers: the fit is a function of the rows alone)."""
+    return _fit_profile(np.ascontiguousarray(profile, dtype=np.float64).tobytes()).copy()

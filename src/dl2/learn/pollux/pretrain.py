@@ -39,14 +39,20 @@ def pretrain(nets: PolluxNets, states: np.ndarray, masks: np.ndarray, actions: n
     return pd.DataFrame(history)
 
 
+FORWARD_ROWS = 512  # decisions per forward pass: a pass over 8192 at once ran 2.7x slower a decision (memory)
+
+
 @torch.no_grad()
 def agreement(nets: PolluxNets, inputs: torch.Tensor, masks: torch.Tensor, actions: torch.Tensor,
               chunk: int = 8192) -> dict[str, float]:
-    """The loss on every decision and the share where the greedy action is the teacher's."""
+    """The loss on every decision and the share where the greedy action is the teacher's (summed `chunk`
+    decisions at a time; the network passes `FORWARD_ROWS` at a time, row by row the same logits)."""
     nets.policy.eval()
     loss, same = 0.0, 0
     for start in range(0, len(actions), chunk):
-        log_probs = masked_log_probs(nets.policy(inputs[start:start + chunk]), masks[start:start + chunk])
+        rows = inputs[start:start + chunk]
+        logits = torch.cat([nets.policy(rows[k:k + FORWARD_ROWS]) for k in range(0, len(rows), FORWARD_ROWS)])
+        log_probs = masked_log_probs(logits, masks[start:start + chunk])
         taken = actions[start:start + chunk]
         loss -= float(log_probs.gather(1, taken[:, None]).sum())
         same += int((log_probs.argmax(-1) == taken).sum())
