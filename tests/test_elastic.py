@@ -146,11 +146,11 @@ def test_member_flags_say_what_to_fix(tmp_path, capsys):
 class Members:
     """An elastic job's member processes, started locally as the controller's pods would be."""
 
-    def __init__(self, folder: Path, model: str, epochs: float, every: int = 20):
+    def __init__(self, folder: Path, model: str, epochs: float, every: int = 20, timeout: float = 180):
         self.state, self.logs, self.procs = folder / "state", folder / "logs", {}
         self.logs.mkdir(parents=True, exist_ok=True)
         self.common = ["--job", "job", "--model", model, "--state", str(self.state), "--epochs", str(epochs), "--checkpoint-every",
-                       str(every), "--checkpoint-seconds", "0", "--log-seconds", "0", "--timeout", "180", "--stop-timeout", "15"]
+                       str(every), "--checkpoint-seconds", "0", "--log-seconds", "0", "--timeout", str(timeout), "--stop-timeout", "15"]
 
     def plan(self, generation: int, members: dict[str, tuple[str, int]]) -> None:
         count = {r: sum(role == r for role, _ in members.values()) for r in ("ps", "worker")}
@@ -178,6 +178,15 @@ class Members:
             time.sleep(0.05)
         self.kill()
         pytest.fail(f"no such progress within {timeout} s\n{self.dump()}")
+
+    def logged(self, line: str, *names: str, timeout: float = PATIENCE_S) -> None:
+        """Return once each of `names` has logged `line`; the test fails (all killed) if that takes longer."""
+        deadline = time.monotonic() + timeout
+        while not all(line in self.text(n) for n in names):
+            if time.monotonic() > deadline:
+                self.kill()
+                pytest.fail(f"{names} did not log {line!r} within {timeout} s\n{self.dump()}")
+            time.sleep(0.05)
 
     def wait(self, name: str, timeout: float = 60) -> int:
         try:
@@ -241,3 +250,78 @@ def test_survivors_of_a_grow_and_a_shrink_keep_running_and_the_job_finishes(tmp_
     assert done.wait("ps-4", PATIENCE_S) == 0 and done.wait("w-4", 30) == 0, done.dump()
     final = read_progress(job.state)
     assert final["done"] and final["generation"] == 4 and final["steps"] == saved.steps + 50 and final["start_step"] == saved.steps
+
+
+def _agree_all(path: Path, world: int, arriving: list[int], moved, timeout: float = 30.0) -> list[str]:
+    """Each rank of `arriving` runs the agreement in its own thread, with its own FileStore on `path`."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch.distributed as dist
+
+    from dl2.testbed.training.comm import agree
+
+    def one(rank: int) -> str:
+        return agree(dist.FileStore(str(path), world), rank, world, lambda: moved(rank), timeout, poll=0.01)
+
+    with ThreadPoolExecutor(len(arriving)) as pool:
+        return list(pool.map(one, arriving))
+
+
+def test_an_elastic_world_forms_when_all_arrive_and_not_when_the_plan_moves_first(tmp_path):
+    from dl2.testbed.training.comm import GO, MOVED, TIMED_OUT
+
+    assert _agree_all(tmp_path / "all", 3, [0, 1, 2], lambda rank: False) == [GO] * 3
+    assert _agree_all(tmp_path / "moved", 3, [0, 1], lambda rank: rank == 1) == [MOVED] * 2, "rank 2 never came"
+    assert _agree_all(tmp_path / "moved", 3, [2], lambda rank: False) == [MOVED], "a late rank takes the decision made"
+    assert _agree_all(tmp_path / "late", 2, [0], lambda rank: False, timeout=0.1) == [TIMED_OUT]
+    for k in range(20):  # all arrive while one sees the plan move: whichever proposal is first, all take it
+        decisions = _agree_all(tmp_path / f"race{k}", 4, [0, 1, 2, 3], lambda rank, k=k: rank == k % 4)
+        assert len(set(decisions)) == 1 and decisions[0] in (GO, MOVED), decisions
+
+
+@pytest.mark.slow
+def test_survivors_skip_a_configuration_whose_added_member_never_came(tmp_path):
+    job = Members(tmp_path, "cnn-text-classification", epochs=100_000, timeout=60)
+    job.plan(1, {"ps": ("ps", 0), "w1": ("worker", 0)})
+    job.start("ps", "w1")
+    job.until(lambda r: r["generation"] == 1 and r["steps"] >= 20)
+
+    job.plan(2, {"ps": ("ps", 0), "w1": ("worker", 0), "ghost": ("worker", 1)})  # ghost's process does not start (yet)
+    job.logged("rejoin: 1 PS and 2 workers, generation 2", "ps", "w1")
+    time.sleep(1.0)  # both wait for ghost in generation 2's rendezvous
+    job.plan(3, {"ps": ("ps", 0), "w3": ("worker", 0)})  # the plan moves on: w1 and ghost are not members
+    job.start("w3", "ghost")
+    assert job.wait("w1") == 0, job.dump()
+    assert "abandon: the plan moved past generation 2" in job.text("w1")
+    assert "not a member of generation 3" in job.text("w1").splitlines()[-1], job.dump()
+    assert job.wait("ghost", PATIENCE_S) == 0 and "not a member of generation 3" in job.text("ghost"), job.dump()
+    third = job.until(lambda r: r["generation"] == 3 and r["steps"] > r["start_step"])
+    assert (third["num_ps"], third["num_workers"]) == (1, 1)
+    assert "rejoin: 1 PS and 1 workers, generation 3, skipping generation 2" in job.text("ps"), job.dump()
+    for name in ("ps", "w3"):
+        job.procs[name].send_signal(signal.SIGTERM)
+    assert job.wait("ps") == 0 and job.wait("w3") == 0, job.dump()
+    assert not any("failed" in job.text(n) for n in job.procs), job.dump()
+
+
+def test_a_member_that_comes_after_the_plan_moved_on_follows_it(tmp_path, capsys):
+    import threading
+
+    from dl2.testbed.training.checkpoint import claim_ownership, release_ownership
+    from dl2.testbed.training.main import parse, train
+
+    base = ["--job", "j", "--model", "wlm", "--state", str(tmp_path), "--epochs", "1", "--timeout", "30"]
+    write_plan(tmp_path, Plan(2, 1, 2, {"ps": ("ps", 0), "w1": ("worker", 0), "late": ("worker", 1)}))
+    job, _ = parse([*base, "--member", "late"])
+    write_plan(tmp_path, Plan(3, 1, 1, {"ps": ("ps", 0), "w3": ("worker", 0)}))
+    gone = (0, "stopped before generation 2's world formed: not a member of generation 3")
+    assert train(job, threading.Event(), threading.Event()) == gone, "in its rendezvous"
+    assert "abandon: the plan moved past generation 2 before its 3 processes met" in capsys.readouterr().out
+    assert claim_ownership(tmp_path, 3, threading.Event(), 5.0, print)
+    try:
+        assert train(job, threading.Event(), threading.Event()) == gone, "generation 3 owns the folder already"
+        assert "abandon: the plan moved past generation 2 before this process joined it" in capsys.readouterr().out
+    finally:
+        release_ownership(tmp_path)
+    assert main([*base, "--member", "late"]) == 0, "it started after the plan moved on"
+    assert "exit: code 0, --member late: not a member of generation 3 of the plan" in capsys.readouterr().out

@@ -57,8 +57,9 @@ says whether it resumed and from which step, a worker the digest of the paramete
 `progress` (PS 0, every --log-seconds L without a checkpoint: step, epochs, mean loss since the last
 checkpoint, steps/s since its previous line), `checkpoint` (PS 0: the same, steps/s since the previous
 checkpoint, and the file written; the others: the step acknowledged), `rejoin` (an elastic job's process that
-joins the plan's next configuration: its P, W, generation) and `exit` (every process, last: the
-exit code and why). Nothing is logged per step.
+joins the plan's next configuration: its P, W, generation), `abandon` (an elastic job's process whose
+configuration the plan moved past before its world formed: it follows the plan) and `exit` (every process,
+last: the exit code and why). Nothing is logged per step.
 """
 
 from dl2.testbed.training.progress import read_progress

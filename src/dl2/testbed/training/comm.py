@@ -2,8 +2,13 @@
 
 One world per configuration: ranks 0..P-1 are the PS, ranks P..P+W-1 the workers. The rendezvous is a
 `FileStore` in `<state>/rendezvous/g<G>-p<P>-w<W>`, so processes of another generation (or of another
-shape) can never meet this one's. A gloo send completes only when the peer posts the matching receive, so
-the protocol posts receives before it waits on sends.
+shape) can never meet this one's. An elastic job's processes first agree on the same store whether the world
+forms at all (`agree`): it does once all have arrived, and does not if the job's plan moves past it first (an
+added process that never started, or started late), so none waits for a world that will never form and
+either all of a world's processes enter `init_process_group` or none does.
+
+A gloo send completes only when the peer posts the matching receive, so the protocol posts receives before it
+waits on sends.
 
 Every data message (worker <-> PS, tag 0) is one float32 tensor: a header of four float64 fields (in the
 first 8 float32 slots) and the shard's flat payload (gradient or parameters). A worker's header is (kind:
@@ -18,6 +23,7 @@ import io
 import queue
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -33,10 +39,17 @@ PULL, GRAD, PAUSED, BYE = 0, 1, 2, 3
 PARAMS, PAUSE = 0, 1
 # PS 0's decision, at the start and after every checkpoint
 RESUME, STOP = 0, 1
+# an elastic world's agreement, decided once (the first proposal wins): it forms, or the plan moved past it, or time ran out
+GO, MOVED, TIMED_OUT = "go", "moved", "timed out"
+AGREEMENT = "dl2/agreement/"  # the store's keys of the agreement (apart from init_process_group's)
 
 
 class PeerLost(RuntimeError):
     """Another process of the configuration died, hung past the timeout or broke the protocol."""
+
+
+class Superseded(Exception):
+    """The job's plan moved past the configuration before its world formed: no process of it entered the world."""
 
 
 def role_of(rank: int, num_ps: int) -> str:
@@ -49,16 +62,43 @@ def store_path(state_dir: Path, generation: int, num_ps: int, num_workers: int) 
     return state_dir / "rendezvous" / f"g{generation}-p{num_ps}-w{num_workers}"
 
 
-def rendezvous(state_dir: Path, generation: int, num_ps: int, num_workers: int, rank: int, timeout: float) -> None:
-    """Join the configuration's world (blocks until all P + W processes have joined, or `timeout` seconds)."""
+def rendezvous(state_dir: Path, generation: int, num_ps: int, num_workers: int, rank: int, timeout: float,
+               moved: Callable[[], bool] | None = None) -> None:
+    """Join the configuration's world (blocks until all P + W processes have joined, or `timeout` seconds).
+    `moved` (an elastic job's processes): whether the plan has moved past the configuration; the processes then
+    first `agree` (within `timeout` seconds), and raise Superseded together if the plan moved before all of them
+    arrived; once all have, the world forms at once."""
     path = store_path(state_dir, generation, num_ps, num_workers)
     path.parent.mkdir(exist_ok=True)
     world = num_ps + num_workers
     store = dist.FileStore(str(path), world)
-    try:
+    if moved is not None:
+        decision = agree(store, rank, world, moved, timeout)
+        if decision == MOVED:
+            raise Superseded(f"the plan moved past generation {generation} before its {world} processes met in {path}")
+        if decision == TIMED_OUT:
+            raise PeerLost(f"the rendezvous of {world} processes in {path} did not complete within {timeout:g} s")
+    try:  # `timeout` is also the world's limit on any one message
         dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timedelta(seconds=timeout))
     except RuntimeError as exc:
         raise PeerLost(f"the rendezvous of {world} processes in {path} did not complete: {exc}") from None
+
+
+def agree(store: dist.Store, rank: int, world: int, moved: Callable[[], bool], timeout: float, poll: float = 0.25) -> str:
+    """Whether a world of `world` processes forms, the same answer for each of them: GO, MOVED or TIMED_OUT.
+
+    Each process marks its arrival on `store` and polls; the first to propose decides for all (`compare_set` on
+    one key, which sets it only while it is unset and returns the value it holds): GO once every rank has arrived,
+    MOVED once `moved()`, TIMED_OUT after `timeout` seconds. A process that finds the key set takes its value."""
+    store.set(f"{AGREEMENT}arrived/{rank}", "1")
+    everyone, decision = [f"{AGREEMENT}arrived/{r}" for r in range(world)], f"{AGREEMENT}decision"
+    deadline = time.monotonic() + timeout
+    while not store.check([decision]):
+        proposal = GO if store.check(everyone) else MOVED if moved() else TIMED_OUT if time.monotonic() > deadline else None
+        if proposal is not None:
+            return store.compare_set(decision, "", proposal).decode()
+        time.sleep(poll)
+    return store.get(decision).decode()
 
 
 def leave() -> None:

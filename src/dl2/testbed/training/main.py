@@ -9,10 +9,11 @@ has nothing to save and exits at once; one whose peers do not finish the checkpo
 A fixed configuration comes from the flags (`--role`, `--index`, `--num-ps`, `--num-workers`, `--generation`);
 an elastic job's process (`--member NAME`) takes its configuration from the job's plan
 (`dl2.testbed.training.plan`) and, when the plan moves on, joins the new configuration without restarting,
-or exits 0 if it is no longer a member.
+or exits 0 if it is no longer a member; a configuration the plan moves past before its world forms (a member
+that never came) is skipped by all its processes together, each following the plan.
 
-Exit codes: 0 done, stopped or already done; 1 a peer was lost or a wait timed out; 2 bad flags, a checkpoint
-that is not this job's, or a stale or reused generation.
+Exit codes: 0 done, stopped, already done or no longer a member of the plan; 1 a peer was lost or a wait timed
+out; 2 bad flags, a checkpoint that is not this job's, or a stale or reused generation.
 """
 
 from __future__ import annotations
@@ -32,11 +33,15 @@ from dl2.testbed.training import comm
 from dl2.testbed.training.checkpoint import check_not_stale, claim_ownership, release_ownership
 from dl2.testbed.training.job import JobConfig
 from dl2.testbed.training.models import STANDINS, get_standin
-from dl2.testbed.training.plan import PLAN, read_plan
+from dl2.testbed.training.plan import PLAN, PlanWatch, read_plan
 from dl2.testbed.training.ps import Coordinator, ParameterServer
 from dl2.testbed.training.stopping import stop_on_signals
 from dl2.testbed.training.threads import training_threads
 from dl2.testbed.training.worker import Worker
+
+
+class NotAMember(Dl2Error):
+    """An elastic job's process that the plan no longer names: it started after the plan moved on (exit 0)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,9 +82,11 @@ def parse(argv: list[str] | None = None) -> tuple[JobConfig, float]:
         if given:
             raise Dl2Error(f"--member takes the configuration from the plan: leave out {', '.join(given)}")
         plan = read_plan(a.state)
-        if plan is None or a.member not in plan.members:
-            raise Dl2Error(f"--member {a.member}: not a member of the plan in {a.state / PLAN}"
-                           f"{'' if plan is None else f' (generation {plan.generation})'}")
+        if plan is None:
+            raise Dl2Error(f"--member {a.member}: not a member of the plan in {a.state / PLAN} (there is none)")
+        if a.member not in plan.members:
+            raise NotAMember(f"--member {a.member}: not a member of generation {plan.generation} of the plan in "
+                             f"{a.state / PLAN}: it moved on before this process started")
         (a.role, a.index), a.generation = plan.members[a.member], plan.generation
         a.num_ps, a.num_workers = plan.num_ps, plan.num_workers
     elif missing := [flag for flag, value in fixed.items() if value is None]:
@@ -112,20 +119,27 @@ def train(job: JobConfig, stop: threading.Event, joined: threading.Event) -> tup
     torch.set_num_threads(training_threads())
     try:
         while True:
-            steps = train_once(job, stop, joined)
-            if steps is None:
-                return 0, "stopped while waiting for the previous configuration"
-            if steps >= job.target_steps:
-                return 0, f"done at step {steps} ({job.epochs:g} epochs)"
-            following = next_configuration(job) if job.member and not stop.is_set() else None
+            try:
+                steps = train_once(job, stop, joined)
+            except comm.Superseded as exc:  # no world to leave: follow the plan, which has moved past `job`
+                job.log("abandon", str(exc))
+                following, since = next_configuration(job), f"before generation {job.generation}'s world formed"
+                resumes = f"skipping generation {job.generation}"
+            else:
+                if steps is None:
+                    return 0, "stopped while waiting for the previous configuration"
+                if steps >= job.target_steps:
+                    return 0, f"done at step {steps} ({job.epochs:g} epochs)"
+                following, since = next_configuration(job) if job.member and not stop.is_set() else None, f"at step {steps}"
+                resumes = f"from step {steps}"
             if following is None:
-                return 0, f"stopped at step {steps} ({'SIGTERM' if stop.is_set() else 'another process of the job was stopped'})"
+                return 0, f"stopped {since} ({'SIGTERM' if stop.is_set() else 'another process of the job was stopped'})"
             if following.role != "ps" or following.index != 0:
                 release_ownership(job.state)
             if not following.member:
-                return 0, f"stopped at step {steps}: not a member of generation {following.generation}"
+                return 0, f"stopped {since}: not a member of generation {following.generation}"
             job = following
-            job.log("rejoin", f"{job.num_ps} PS and {job.num_workers} workers, generation {job.generation}, from step {steps}")
+            job.log("rejoin", f"{job.num_ps} PS and {job.num_workers} workers, generation {job.generation}, {resumes}")
     except Dl2Error as exc:
         return 2, f"error: {exc}"
     except (comm.PeerLost, TimeoutError) as exc:
@@ -137,14 +151,23 @@ def train(job: JobConfig, stop: threading.Event, joined: threading.Event) -> tup
 
 def train_once(job: JobConfig, stop: threading.Event, joined: threading.Event) -> int | None:
     """Run one configuration's role until PS 0 says stop; the job's acknowledged steps then (None: stopped while
-    waiting for the previous configuration to let go). The process leaves the world before it returns."""
-    check_not_stale(job.state, job.generation)
+    waiting for the previous configuration to let go). The process leaves the world before it returns. An elastic
+    job's process raises comm.Superseded, together with the rest of the configuration, if the plan moves past it
+    before its world forms."""
+    watch = PlanWatch(job.state, job.generation) if job.member else None
+    try:
+        check_not_stale(job.state, job.generation)
+    except Dl2Error:
+        if watch is not None and watch.moved():  # a newer generation owns the folder: the plan had moved on
+            raise comm.Superseded(f"the plan moved past generation {job.generation} before this process joined it") from None
+        raise
     coordinator = job.role == "ps" and job.index == 0
     if coordinator:
         if not claim_ownership(job.state, job.generation, stop, job.timeout, lambda m: job.log("wait", m)):
             return None
         comm.remove_stores(job.state, below=job.generation)
-    comm.rendezvous(job.state, job.generation, job.num_ps, job.num_workers, job.rank, job.timeout)
+    comm.rendezvous(job.state, job.generation, job.num_ps, job.num_workers, job.rank, job.timeout,
+                    None if watch is None else watch.moved)
     joined.set()
     role = (Coordinator if coordinator else ParameterServer if job.role == "ps" else Worker)(job, stop)
     role.run()
@@ -173,6 +196,9 @@ def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> 
     stop = stop or stop_on_signals()
     try:
         job, stop_timeout = parse(argv)
+    except NotAMember as exc:
+        print(f"exit: code 0, {exc}", flush=True)
+        return 0
     except Dl2Error as exc:
         print(f"error: {exc}", flush=True)
         return 2

@@ -3,7 +3,9 @@
 An elastic job's processes (`--member NAME`) take their role and index from the plan, not from flags: they
 join the plan's generation, train, and when PS 0 sees a newer plan, the job checkpoints and stops that
 world; each process still a member of the newer plan joins it with its new role and index (it keeps running:
-no restart, no import of torch, no new pod), and one that is not exits. Content:
+no restart, no import of torch, no new pod), and one that is not exits. A configuration the plan moves past
+before its world formed is skipped by all its processes together (`comm.agree`), as is one whose process
+starts only once the plan no longer names it (it exits 0). Content:
 `{"generation": G, "num_ps": P, "num_workers": W, "members": {"<name>": {"role": "ps"|"worker", "index": I}}}`.
 
 Torch-free, so that a controller can write plans without importing torch.
