@@ -171,10 +171,44 @@ def _triangulation(placements: pd.DataFrame, scalability: pd.DataFrame) -> tuple
     points = pd.concat([means[xs + ys], scalability[xs + ys]], ignore_index=True)
     triangulation = Delaunay(points[xs].to_numpy(dtype=np.float64))
     return (points[ys].to_numpy(dtype=np.float64), triangulation.simplices.astype(np.int64),
-            np.ascontiguousarray(triangulation.transform), triangulation.neighbors.astype(np.int64),
+            barycentric_transforms(triangulation), triangulation.neighbors.astype(np.int64),
             np.ascontiguousarray(triangulation.equations),
             np.array([triangulation.paraboloid_scale, triangulation.paraboloid_shift]),
             np.array([triangulation.min_bound, triangulation.max_bound]))
+
+
+def barycentric_transforms(triangulation) -> np.ndarray:
+    """scipy's `Delaunay.transform` (S, 4, 3), computed without LAPACK so that it is the same on every machine.
+
+    scipy inverts each tetrahedron's edge matrix with the machine's LAPACK, whose kernels (chosen per CPU)
+    round differently in the last bits. Here each inverse is Gaussian elimination with partial pivoting in a
+    fixed order of float64 operations; a tetrahedron scipy found flat (NaN) stays NaN."""
+    points, simplices = triangulation.points, triangulation.simplices
+    flat = np.isnan(triangulation.transform[:, 0, 0])
+    out = np.full((len(simplices), 4, 3), np.nan)
+    for s, vertices in enumerate(simplices):
+        if flat[s]:
+            continue
+        last = points[vertices[3]]
+        edges = [[float(points[vertices[j], i] - last[i]) for j in range(3)] for i in range(3)]
+        out[s, :3, :] = _inverse3(edges)
+        out[s, 3, :] = last
+    return out
+
+
+def _inverse3(a: list[list[float]]) -> list[list[float]]:
+    """The inverse of a 3x3 matrix by Gauss-Jordan elimination with partial pivoting, in plain float64."""
+    rows = [[*a[i], *(1.0 if i == j else 0.0 for j in range(3))] for i in range(3)]
+    for col in range(3):
+        pivot = max(range(col, 3), key=lambda r: abs(rows[r][col]))
+        rows[col], rows[pivot] = rows[pivot], rows[col]
+        head = rows[col][col]
+        rows[col] = [v / head for v in rows[col]]
+        for r in range(3):
+            if r != col:
+                factor = rows[r][col]
+                rows[r] = [v - factor * w for v, w in zip(rows[r], rows[col])]
+    return [row[3:] for row in rows]
 
 
 def _tables(name: str, folder: Path) -> AppTables:
