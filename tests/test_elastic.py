@@ -54,6 +54,7 @@ def test_the_controller_keeps_surviving_pods_adds_the_rest_and_plans_their_roles
     assert all("--member" in _args(m) and "--role" not in _args(m) and "--generation" not in _args(m) for m, _ in first.values())
     assert all(m["metadata"]["labels"][GENERATION_LABEL] == "3" for m, _ in first.values())
     assert read_plan(folder) == Plan(3, 1, 1, {"job-00001-ps-3-0": ("ps", 0), "job-00001-worker-3-0": ("worker", 0)})
+    assert [oct(f.stat().st_mode & 0o7777) for f in (folder, folder.parent)] == ["0o1777"] * 2, "the pods' user writes there"
     pods = _running(first)
     assert w.pods(JOB, SPEC, [("worker", "b"), ("ps", "a")], 4, pods) == {p["metadata"]["name"]: (p, p["spec"]["nodeName"]) for p in pods}
     assert read_plan(folder).generation == 3, "an unchanged configuration is not planned again"
@@ -277,6 +278,28 @@ def test_an_elastic_world_forms_when_all_arrive_and_not_when_the_plan_moves_firs
     for k in range(20):  # all arrive while one sees the plan move: whichever proposal is first, all take it
         decisions = _agree_all(tmp_path / f"race{k}", 4, [0, 1, 2, 3], lambda rank, k=k: rank == k % 4)
         assert len(set(decisions)) == 1 and decisions[0] in (GO, MOVED), decisions
+
+
+def test_a_rank_polling_a_store_that_a_newer_generation_removed_takes_it_as_moved(tmp_path):
+    import threading
+
+    import torch.distributed as dist
+
+    from dl2.testbed.training.comm import MOVED, agree
+
+    path, removed = tmp_path / "g2-p1-w2", threading.Event()
+    store = dist.FileStore(str(path), 3)
+
+    def remove_later() -> None:  # as the next generation's PS 0 does, once the plan has moved on
+        time.sleep(0.2)
+        path.unlink()
+        removed.set()
+
+    threading.Thread(target=remove_later).start()
+    started = time.monotonic()
+    assert agree(store, 1, 3, removed.is_set, timeout=60, poll=0.01, io_timeout=0.5) == MOVED
+    assert time.monotonic() - started < 10, "the rank waited out the store's timeout"
+    assert store.timeout.total_seconds() == 300, "the store's own timeout is restored"
 
 
 @pytest.mark.slow

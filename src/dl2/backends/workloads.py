@@ -189,6 +189,7 @@ class Trained:
                 desired[pod] = (self._manifest(job, spec, pod, role, generation, node, ["--member", pod]), node)
             new.update((pod, (role, index)) for index, pod in enumerate(order))
         count = {role: sum(r == role for r, _ in new.values()) for role in ("ps", "worker")}
+        shared_with_pods(folder, self.runtime.shared_here)
         write_plan(folder, Plan(generation, count["ps"], count["worker"], new))
         return desired
 
@@ -242,6 +243,16 @@ class Trained:
                 done.append(job["metadata"]["name"])
             write_once(kube, self.namespace, job, slot, update)
         return reward, done
+
+
+def shared_with_pods(folder: Path, shared: Path) -> None:
+    """Make `folder` and each missing folder between it and `shared` writable by the pods, which run as another
+    user than the scheduler (the job's processes write their rendezvous, checkpoint and progress there): sticky
+    and open to all, as `shared` itself is, so that none removes another's files."""
+    missing = [f for f in [folder, *folder.parents] if f.is_relative_to(shared) and f != shared and not f.exists()]
+    for path in reversed(missing):
+        path.mkdir(exist_ok=True)
+        path.chmod(0o1777)
 
 
 def _demand(spec: JobSpec, role: str) -> tuple[int, int]:

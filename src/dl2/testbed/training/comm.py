@@ -84,21 +84,32 @@ def rendezvous(state_dir: Path, generation: int, num_ps: int, num_workers: int, 
         raise PeerLost(f"the rendezvous of {world} processes in {path} did not complete: {exc}") from None
 
 
-def agree(store: dist.Store, rank: int, world: int, moved: Callable[[], bool], timeout: float, poll: float = 0.25) -> str:
+def agree(store: dist.Store, rank: int, world: int, moved: Callable[[], bool], timeout: float, poll: float = 0.25,
+          io_timeout: float = 2.0) -> str:
     """Whether a world of `world` processes forms, the same answer for each of them: GO, MOVED or TIMED_OUT.
 
     Each process marks its arrival on `store` and polls; the first to propose decides for all (`compare_set` on
     one key, which sets it only while it is unset and returns the value it holds): GO once every rank has arrived,
-    MOVED once `moved()`, TIMED_OUT after `timeout` seconds. A process that finds the key set takes its value."""
-    store.set(f"{AGREEMENT}arrived/{rank}", "1")
+    MOVED once `moved()`, TIMED_OUT after `timeout` seconds. A process that finds the key set takes its value.
+    A store whose file is gone (a FileStore then fails after `io_timeout` s) is MOVED if the plan has moved:
+    only a newer generation's PS 0 removes it, and a world that formed has no process left polling."""
+    previous, deadline = store.timeout, time.monotonic() + timeout
+    store.set_timeout(timedelta(seconds=io_timeout))
     everyone, decision = [f"{AGREEMENT}arrived/{r}" for r in range(world)], f"{AGREEMENT}decision"
-    deadline = time.monotonic() + timeout
-    while not store.check([decision]):
-        proposal = GO if store.check(everyone) else MOVED if moved() else TIMED_OUT if time.monotonic() > deadline else None
-        if proposal is not None:
-            return store.compare_set(decision, "", proposal).decode()
-        time.sleep(poll)
-    return store.get(decision).decode()
+    try:
+        store.set(f"{AGREEMENT}arrived/{rank}", "1")
+        while not store.check([decision]):
+            proposal = GO if store.check(everyone) else MOVED if moved() else TIMED_OUT if time.monotonic() > deadline else None
+            if proposal is not None:
+                return store.compare_set(decision, "", proposal).decode()
+            time.sleep(poll)
+        return store.get(decision).decode()
+    except dist.DistStoreError:
+        if moved():
+            return MOVED
+        raise
+    finally:
+        store.set_timeout(previous)
 
 
 def leave() -> None:
