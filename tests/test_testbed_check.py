@@ -44,6 +44,8 @@ def test_each_criterion_fails_on_its_own():
     verdict = check.verdict(spread)
     assert verdict["every_policy_within"] and verdict["same_ranking"] and not verdict["median_job_error_below_limit"]
     assert "passed: False" in check.markdown(spread, verdict)
+    assert "resizes on kind: whole restarts" in check.markdown(spread, verdict | {"elastic": False})
+    assert "surviving pods rejoin" in check.markdown(spread, verdict | {"elastic": True})
 
 
 def test_a_start_s_lost_seconds_are_its_started_slots_less_what_they_trained_at_the_table_s_speed():
@@ -77,7 +79,9 @@ def test_bad_input_is_refused_before_any_replay(argv, says, capsys, tmp_path):
     assert not (tmp_path / "out").exists(), "nothing written"
 
 
-def test_without_a_testbed_the_check_says_how_to_start_one(capsys, tmp_path):
-    assert main(["testbed", "check", "--folder", str(tmp_path / "no-testbed"), "--out", str(tmp_path / "out"), "--traces", "1"]) == 2
+@pytest.mark.parametrize("mode", [[], ["--whole-restarts"]])
+def test_without_a_testbed_the_check_says_how_to_start_one(mode, capsys, tmp_path):
+    argv = ["testbed", "check", "--folder", str(tmp_path / "no-testbed"), "--out", str(tmp_path / "out"), "--traces", "1", *mode]
+    assert main(argv) == 2
     assert "testbed up --kind" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()

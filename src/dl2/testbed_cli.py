@@ -193,7 +193,7 @@ def cmd_testbed_check(args: argparse.Namespace) -> None:
     if args.restart_seconds is not None and args.restart_seconds < 0:
         raise Dl2Error(f"--restart-seconds: at least 0, got {args.restart_seconds}")
     result = run_check(validation[: args.traces], measured, heuristics, learned, args.repeats, args.out, args.folder, log=_log,
-                       restart_seconds=args.restart_seconds)
+                       restart_seconds=args.restart_seconds, elastic=not args.whole_restarts)
     print(json.dumps({k: v for k, v in result.items() if k != "policies"} | {"policies": list(result["policies"])}, indent=2))
 
 
@@ -356,6 +356,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     check.add_argument("--repeats", type=int, default=3, help="replays of each (policy, trace) on kind (default 3)")
     check.add_argument("--restart-seconds", type=float, default=None,
                        help="the simulator predicts with this restart cost instead of the preset's (the kept replays serve any)")
+    check.add_argument("--whole-restarts", action="store_true",
+                       help="every resize restarts the job's pods whole instead of keeping the survivors (to compare; "
+                            "each mode keeps its own replays)")
     check.add_argument("--out", type=Path, default=Path("data/testbed-check"),
                        help="where the tables, check.json and the figure go (default: data/testbed-check)")
     check.set_defaults(func=cmd_testbed_check)

@@ -28,6 +28,7 @@ def test_a_check_replays_on_kind_writes_its_verdict_and_resumes(cluster, tmp_pat
     verdict = json.loads(first.stdout)
     assert verdict["policies"] == ["fifo", "drf"] and verdict["traces"] == 1 and verdict["repeats"] == 1
     assert set(json.loads((out / "check.json").read_text())["policies"]) == {"fifo", "drf"}
+    assert verdict["elastic"] is True and "surviving pods rejoin" in (out / "check.md").read_text()
     assert isinstance(verdict["passed"], bool) and verdict["restart_seconds"] == params["presets"]["testbed"]["restart_seconds"]
     table = pd.read_csv(out / "check.csv")
     assert list(table.columns) == CHECK_COLUMNS and (table.kind > 0).all() and (table.sim > 0).all()

@@ -97,6 +97,8 @@ def markdown(table: pd.DataFrame, verdict_: Mapping) -> str:
              f"- median per-job error under {JOB_ERROR_LIMIT:.0%} for every policy: {verdict_['median_job_error_below_limit']}",
              f"- the policies rank the same on kind and in the simulator: {verdict_['same_ranking']}",
              f"- passed: {verdict_['passed']}"]
+    if "elastic" in verdict_:
+        lines.append("- resizes on kind: " + ("surviving pods rejoin (elastic jobs)" if verdict_["elastic"] else "whole restarts"))
     if verdict_.get("startup_seconds_median") is not None:
         lines.append(f"- the simulator's restart cost: {verdict_['restart_seconds']:g} s; a configuration's start-up on the "
                      f"testbed (`startup.csv`), median over {verdict_['starts']} starts: {verdict_['startup_seconds_median']:.1f} s")
@@ -105,14 +107,16 @@ def markdown(table: pd.DataFrame, verdict_: Mapping) -> str:
 
 def run_check(traces: Sequence[Trace], scenario: Scenario, heuristics: Sequence[str], learned: Mapping[str, DL2Policy],
               repeats: int, out: Path, folder: str | Path | None = None, log: Callable[[str], None] = print,
-              restart_seconds: float | None = None) -> dict:
+              restart_seconds: float | None = None, elastic: bool = True) -> dict:
     """Replay `traces` on the kind testbed (in `folder`) under every heuristic and learned policy (greedy),
     `repeats` times each, beside the simulator on `scenario`: the heuristics as `dl2 compare` runs them (no bundle
     first), the learned policies with `scenario`'s options (DL2's bundle per job first, where its settings say
     so). `restart_seconds`: the simulator predicts with this restart cost instead of the preset's (the replays, and
-    which are kept, do not depend on it). Writes `jobs.csv`, `slots.csv`, `speed_error.csv`, `startup.csv`,
-    `check.csv`, `check.md`, `check.json` and `sim_to_real.png` into `out`. Every finished replay is kept in the
-    testbed's folder, so an interrupted check run again replays only what had not finished. Returns the verdict."""
+    which are kept, do not depend on it). `elastic` False: every resize on kind restarts the job's configuration
+    whole, to compare with elastic jobs (each mode keeps its own replays). Writes `jobs.csv`, `slots.csv`,
+    `speed_error.csv`, `startup.csv`, `check.csv`, `check.md`, `check.json` and `sim_to_real.png` into `out`. Every
+    finished replay is kept in the testbed's folder, so an interrupted check run again replays only what had not
+    finished. Returns the verdict."""
     plain = Scenario(scenario.preset, dataclasses.replace(scenario.options, assign_bundle=False))
 
     def predicting(sc: Scenario) -> Scenario:
@@ -121,16 +125,17 @@ def run_check(traces: Sequence[Trace], scenario: Scenario, heuristics: Sequence[
         return dataclasses.replace(sc, preset=dataclasses.replace(sc.preset, restart_seconds=restart_seconds))
 
     parts = [evaluate_on_kind({}, heuristics, traces, plain, folder, namespace=NAMESPACE, log=log, repeats=repeats, keep=True,
-                              predict=predicting(plain))]
+                              predict=predicting(plain), elastic=elastic)]
     if learned:
         parts.append(evaluate_on_kind({label: {0: policy} for label, policy in learned.items()}, (), traces, scenario, folder,
-                                      namespace=NAMESPACE, log=log, repeats=repeats, keep=True, predict=predicting(scenario)))
+                                      namespace=NAMESPACE, log=log, repeats=repeats, keep=True, predict=predicting(scenario),
+                                      elastic=elastic))
     jobs = pd.concat([j for j, _ in parts], ignore_index=True)
     slots = pd.concat([s for _, s in parts], ignore_index=True)
     table, starts = check_table(jobs), startup_seconds(slots)
     result = {**verdict(table), "traces": len(traces), "repeats": repeats, "preset": scenario.preset.name,
               "restart_seconds": predicting(scenario).preset.restart_seconds, "slot_seconds": scenario.preset.slot_seconds,
-              "startup_seconds_median": float(starts.seconds.median()) if len(starts) else None, "starts": len(starts)}
+              "elastic": elastic, "startup_seconds_median": float(starts.seconds.median()) if len(starts) else None, "starts": len(starts)}
     out.mkdir(parents=True, exist_ok=True)
     write_outputs(out, jobs, slots)
     write_text_atomic(out / "startup.csv", starts.to_csv(index=False))

@@ -154,18 +154,20 @@ def speed_error(slots: pd.DataFrame) -> pd.DataFrame:
 def evaluate_on_kind(learned: Mapping[str, Mapping[int, DL2Policy]], heuristics: Sequence[str], traces: Sequence[Trace],
                      scenario: Scenario, folder: str | Path | None = None, namespace: str = "dl2-evaluate",
                      log: Callable[[str], None] = print, repeats: int = 1, keep: bool = False,
-                     predict: Scenario | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+                     predict: Scenario | None = None, elastic: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
     """`compare` on the kind testbed (`dl2 testbed up --kind`, in `folder` or the default): the heuristics, and
     every learned policy greedily (as `evaluate` reports it), in real training pods, `repeats` times each, beside
     the simulator (on `predict`, default `scenario`). With `keep`, every finished replay is kept (`ReplayStore`) in
-    the testbed's folder's `replays/`, so a rerun after an interruption replays only what had not finished."""
+    the testbed's folder's `replays/`, so a rerun after an interruption replays only what had not finished.
+    `elastic`: surviving pods rejoin a resized job (False: every resize restarts its configuration whole); a kept
+    replay serves only the same mode."""
     from dl2.kube.resources import ensure_namespace
     from dl2.testbed import kind
 
     pods = kind.pod_cluster(folder)
     require_cluster_preset(scenario.preset, pods, key="preset")
     workload = Trained(namespace, scenario.catalog.names, pods.runtime, scenario.preset.slot_seconds,
-                       scenario.options.fine_grained_jct)
+                       scenario.options.fine_grained_jct, elastic=elastic)
     kube = Kube.from_kubeconfig(pods.kubeconfig)
     try:
         ensure_namespace(kube, namespace)
@@ -177,7 +179,7 @@ def evaluate_on_kind(learned: Mapping[str, Mapping[int, DL2Policy]], heuristics:
             for seed, policy in by_seed.items():
                 policies[label, seed] = functools.partial(DL2Scheduler, policy, greedy=True, name=label)
                 identities[label, seed] = weights_digest(policy)
-        context = repr((scenario, pods.workers, pods.slots_per_node, pods.runtime.cpu_millis_per_slot))
+        context = repr((scenario, pods.workers, pods.slots_per_node, pods.runtime.cpu_millis_per_slot, elastic))
         store = ReplayStore(kind.load(folder).folder / "replays", identities, context) if keep else None
         return compare(backend, policies, traces, scenario, log, repeats, store, predict)
     finally:
