@@ -186,6 +186,15 @@ def test_a_teacher_forced_episode_reproduces_the_teachers_run(teacher, load, num
     assert len(states) == len(masks) == len(actions) and states.shape[1:] == (20, len(JOB_FEATURES))
 
 
+def test_a_window_of_the_clusters_gpus_keeps_the_teachers_run_on_a_shipped_workload():
+    workload = read_workload(grid.Cell("optimus", "2.0", 7, 0).path)  # 320 jobs: far more active than any window
+    own = simulate(workload, make_policy("optimus"), PRESET)
+    forced = teacher_forced(workload, PRESET, "optimus", "tuned", window=64, assign_one=True)[3]
+    assert np.array_equal(forced.completion, own.completion) and np.array_equal(forced.restarts, own.restarts)
+    narrow = teacher_forced(workload, PRESET, "optimus", "tuned", window=20, assign_one=True)[3]
+    assert narrow.jct.mean() > 2 * own.jct.mean(), "a window of 20 keeps later jobs waiting"
+
+
 def test_with_assign_one_the_teacher_gives_only_the_gpus_beyond_one_each():
     workload = _workload(20, "2.0", 7)
     plain = teacher_forced(workload, PRESET, "optimus", "tuned", window=20)

@@ -14,15 +14,15 @@ from torch import nn
 from dl2.errors import Dl2Error
 from dl2.learn.architecture import NET_PRESETS, NetConfig, net_config
 from dl2.learn.features import feature_size
-from dl2.learn.nets import policy_net, value_net
+from dl2.learn.nets import masked_log_probs, policy_net, value_net
 from dl2.learn.pollux.checkpoint import load_checkpoint, save_checkpoint
 from dl2.learn.pollux.demonstrations import teacher_decisions
 from dl2.learn.pollux.env import PolluxDecisionEnv
 from dl2.learn.pollux.evaluate import PUBLISHED_SUMMARY, published_baselines
 from dl2.learn.pollux.features import NUM_JOB_FEATURES, encoded_size
 from dl2.learn.pollux.finetune import finetune, interval_ended
-from dl2.learn.pollux.model import PolluxNets, pollux_net_config
-from dl2.learn.pollux.pretrain import pretrain
+from dl2.learn.pollux.model import PolluxNets, filled_slots, pollux_net_config, prefix_log_probs
+from dl2.learn.pollux.pretrain import SLOT_BUCKET, minibatches, pretrain
 from dl2.learn.pollux.settings import PolluxTrainSettings
 from dl2.learn.pollux.train import train_dl2_pollux
 from dl2.pollux.grid import Cell
@@ -133,6 +133,41 @@ def test_sl_pretraining_lowers_the_loss_and_imitates_the_teacher(demonstrations)
     greedy = nets.greedy()
     same = np.mean([greedy(s, m) == a for s, m, a in zip(states, masks, actions)])
     assert same == pytest.approx(history["agreement"].iloc[-1])  # the evaluation's decide is the trained policy
+
+
+def test_a_window_prefix_gives_the_whole_windows_log_probabilities():
+    settings = replace(TINY, window=12)
+    torch.manual_seed(1)
+    nets = PolluxNets(pollux_net_config(settings))
+    rng = np.random.default_rng(1)
+    filled = np.array([0, 1, 3, 5, 5, 2])  # jobs per state: a prefix of the window, as the environment fills it
+    states = np.zeros((len(filled), settings.window, NUM_JOB_FEATURES))
+    masks = np.zeros((len(filled), settings.window + 1), dtype=bool)
+    masks[:, -1] = True
+    for row, n in enumerate(filled):
+        states[row, :n] = rng.uniform(0.0, 3.0, (n, NUM_JOB_FEATURES))
+        states[row, :n, 0] = rng.integers(1, 5, n)  # the application (0: an empty slot)
+        masks[row, :n] = rng.random(n) < 0.7
+    assert filled_slots(states).tolist() == filled.tolist()
+    inputs, mask_t = nets.inputs(states), torch.from_numpy(masks)
+    whole = masked_log_probs(nets.policy(inputs), mask_t)
+    for slots in (5, 8, settings.window):
+        prefix = prefix_log_probs(nets.policy, inputs, mask_t, slots)
+        assert torch.equal(torch.isinf(prefix), torch.isinf(whole)), "the same actions are illegal"
+        torch.testing.assert_close(prefix[~torch.isinf(whole)], whole[~torch.isinf(whole)], rtol=1e-6, atol=1e-6)
+
+
+def test_minibatches_cover_each_decision_once_with_windows_that_fill_alike():
+    slots = np.random.default_rng(2).integers(0, 40, 1000)
+    batches = minibatches(slots, 64, torch.Generator().manual_seed(2))
+    assert sorted(torch.cat(batches).tolist()) == list(range(1000))
+    assert all(len(b) <= 64 for b in batches)
+    buckets = [set(((slots[b.numpy()] + SLOT_BUCKET - 1) // SLOT_BUCKET).tolist()) for b in batches]
+    assert all(len(b) == 1 for b in buckets), "a minibatch's windows fill the same bucket of slots"
+    firsts = [b.pop() for b in buckets]
+    assert firsts != sorted(firsts), "the minibatches are shuffled, not taken bucket by bucket"
+    again = minibatches(slots, 64, torch.Generator().manual_seed(2))
+    assert all(torch.equal(a, b) for a, b in zip(batches, again))
 
 
 def test_sl_pretraining_is_deterministic_for_a_seed(demonstrations):

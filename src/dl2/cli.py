@@ -204,6 +204,7 @@ SEPARATE_BENCHMARKS = {  # flag: (module, function, default output); each functi
     "clusters": ("dl2.bench_clusters", "clusters_benchmark", "bench-clusters.json"),
     "pollux": ("dl2.bench_pollux", "pollux_benchmark", "bench-pollux.json"),
     "pollux_env": ("dl2.bench_pollux_env", "pollux_env_benchmark", "bench-pollux-env.json"),
+    "pollux_sl": ("dl2.bench_pollux_sl", "pollux_sl_benchmark", "bench-pollux-sl.json"),
     "ray": ("dl2.bench_ray", "ray_benchmark", "bench-ray.json"),
 }
 
@@ -352,6 +353,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--pollux-env", action="store_true", help="instead: DL2's decision environment of the Pollux world, "
                                                                  "decisions and intervals per second over 16 environments "
                                                                  "(bench-pollux-env.json)")
+    bench.add_argument("--pollux-sl", action="store_true", help="instead: SL pretraining of the Pollux world, one epoch with "
+                                                                "minibatches cut to their filled window slots and over the "
+                                                                "whole window, at windows 20 and 64 (bench-pollux-sl.json)")
     bench.add_argument("--clusters", action="store_true", help="instead: seconds per PPO update with 1 and more training "
                                                                "clusters, one Ray actor and CPU each, and the wall time to the "
                                                                "published clusters axis's target (bench-clusters.json)")

@@ -51,7 +51,12 @@ class PerJobNet(nn.Module):
         self.pool_head = nn.Linear(sizes[-1], 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        jobs = x.view(-1, self.window, self.features)
+        return self.forward_jobs(x.view(-1, self.window, self.features))
+
+    def forward_jobs(self, jobs: torch.Tensor) -> torch.Tensor:
+        """`forward` on (batch, slots, features) inputs: the first `slots` of the window, where every slot
+        after them is empty. Empty slots take no part in a filled job's outputs (the mean is over filled
+        jobs), so the outputs are `forward`'s with the empty slots' logits left out (void still last)."""
         filled = (jobs[..., : self.kinds].abs().sum(-1, keepdim=True) > 0).float()
         count = filled.sum(1, keepdim=True).clamp(min=1.0)
         h = jobs

@@ -9,6 +9,8 @@ below the margin (at most 1e-6 of the largest logit, measured for a trained 2x12
 2x32 one), and the masked log-softmax subtracts one constant from every logit, keeping their order.
 Otherwise, a near tie, the decision is asked of torch itself (`PolluxNets.greedy`), so every decision is
 the one torch makes. Networks other than the per-job one with ReLU or tanh are asked of torch every time.
+The pass runs up to the window's last filled slot (`filled_slots`): empty slots take no part in a filled
+job's logits, and their own are always masked.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import numpy as np
 
 from dl2.learn.nets import PerJobNet
 from dl2.learn.pollux.features import encode
-from dl2.learn.pollux.model import PolluxNets
+from dl2.learn.pollux.model import PolluxNets, filled_slots
 
 MARGIN = 1e-3  # relative to the largest logit's size (at least 1)
 
@@ -45,12 +47,15 @@ class FastGreedy:
             return
         self.activation = activation
         self.window, self.features, self.kinds = policy.window, policy.features, policy.kinds
+        self.roles = policy.job_head.out_features
         self.layers = [_float64(layer) for layer in policy.layers]
         self.job_head, self.pool_head = _float64(policy.job_head), _float64(policy.pool_head)
 
     def logits(self, state: np.ndarray) -> np.ndarray:
-        """The policy's logits of one raw window state, in float64 (PerJobNet.forward, one state)."""
-        jobs = encode(state).astype(np.float64).reshape(self.window, self.features)
+        """The policy's logits of one raw window state, in float64 (PerJobNet.forward, one state), run up to
+        the last filled slot only: the logits of the empty slots after it are left NaN (always masked)."""
+        slots = int(filled_slots(state))
+        jobs = encode(state[:slots]).astype(np.float64).reshape(slots, self.features)
         filled = (np.abs(jobs[:, : self.kinds]).sum(-1, keepdims=True) > 0).astype(np.float64)
         count = max(filled.sum(), 1.0)
         h = jobs
@@ -60,7 +65,10 @@ class FastGreedy:
                 h = np.concatenate([h, np.broadcast_to(pooled, h.shape)], axis=-1)
             h = self.activation(h @ weight + bias)
         pooled = (h * filled).sum(0) / count
-        return np.concatenate([(h @ self.job_head[0] + self.job_head[1]).ravel(), pooled @ self.pool_head[0] + self.pool_head[1]])
+        job_logits = (h @ self.job_head[0] + self.job_head[1]).ravel()
+        out = np.full(self.window * self.roles + 1, np.nan)
+        out[: len(job_logits)], out[-1] = job_logits, (pooled @ self.pool_head[0] + self.pool_head[1])[0]
+        return out
 
     def __call__(self, state: np.ndarray, mask: np.ndarray) -> int:
         self.decisions += 1
@@ -71,7 +79,7 @@ class FastGreedy:
         logits = np.where(mask, raw, -np.inf)
         best = int(np.argmax(logits))
         runner_up = np.max(np.delete(logits, best))
-        if logits[best] - runner_up > MARGIN * max(1.0, np.abs(raw).max()):
+        if logits[best] - runner_up > MARGIN * max(1.0, np.nanmax(np.abs(raw))):
             return best
         self.asked_torch += 1
         return self.torch_decide(state, mask)

@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 from dl2.learn.architecture import NetConfig, net_config
-from dl2.learn.nets import masked_log_probs, policy_net, value_net
-from dl2.learn.pollux.features import encode, encoded_size
+from dl2.learn.nets import PerJobNet, masked_log_probs, policy_net, value_net
+from dl2.learn.pollux.features import APP, encode, encoded_size
 from dl2.learn.pollux.settings import PolluxTrainSettings
 from dl2.pollux.apps import APP_NAMES
 
@@ -23,6 +23,25 @@ def pollux_net_config(settings: PolluxTrainSettings) -> NetConfig:
     features of each window job in, its application one-hot first."""
     return net_config(settings.network, window=settings.window, hidden=settings.hidden, roles=ROLES,
                       job_inputs=encoded_size(1), kinds=len(APP_NAMES))
+
+
+def filled_slots(states: np.ndarray) -> np.ndarray:
+    """Per raw window state (..., window, features), the slots up to its last filled one: the window's jobs
+    fill a prefix (the first active jobs in arrival order), so the slots after these are empty."""
+    filled = np.asarray(states)[..., APP] > 0
+    return np.where(filled.any(-1), filled.shape[-1] - np.argmax(filled[..., ::-1], axis=-1), 0)
+
+
+def prefix_log_probs(policy: nn.Module, inputs: torch.Tensor, masks: torch.Tensor, slots: int) -> torch.Tensor:
+    """The masked log-probabilities of `masked_log_probs(policy(inputs), masks)`, computed on the first
+    `slots` window slots only, where every state of the batch is empty after them (a per-job network's cost
+    grows with the slots it runs; other networks run whole). Illegal actions' are -inf either way."""
+    if not isinstance(policy, PerJobNet) or slots >= policy.window:
+        return masked_log_probs(policy(inputs), masks)
+    jobs = inputs.view(len(inputs), policy.window, policy.features)[:, :slots]
+    kept = masked_log_probs(policy.forward_jobs(jobs), torch.cat([masks[:, :slots], masks[:, -1:]], dim=1))
+    empty = torch.full((len(inputs), policy.window - slots), float("-inf"), dtype=kept.dtype)
+    return torch.cat([kept[:, :slots], empty, kept[:, slots:]], dim=1)
 
 
 class PolluxNets:

@@ -1,5 +1,11 @@
 """Supervised pretraining in the Pollux world: imitate a teacher's "+1 GPU" decisions (masked
-cross-entropy), as DL2 pretrains on a heuristic's decisions before reinforcement learning."""
+cross-entropy), as DL2 pretrains on a heuristic's decisions before reinforcement learning.
+
+A per-job network's cost grows with the window slots it runs, and most states fill few of them (the
+window's jobs fill a prefix, `filled_slots`). So each minibatch runs only up to its fullest state's last
+filled slot (`prefix_log_probs`: the same log-probabilities), and minibatches are drawn from decisions
+whose windows fill alike: the decisions, in a random order, are grouped by their filled slots
+(`SLOT_BUCKET` at a time), cut into minibatches within each group, and the minibatches shuffled."""
 
 from __future__ import annotations
 
@@ -8,15 +14,29 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from dl2.learn.nets import masked_log_probs
-from dl2.learn.pollux.model import PolluxNets
+from dl2.learn.pollux.model import PolluxNets, filled_slots, prefix_log_probs
 from dl2.learn.pollux.settings import PolluxTrainSettings
 
+SLOT_BUCKET = 8  # a minibatch's decisions fill the same 8 window slots at most (1-8, 9-16, ...)
 
-def imitation_loss(nets: PolluxNets, inputs: torch.Tensor, masks: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-    """Mean negative log-likelihood of the teacher's actions under the masked policy."""
-    log_probs = masked_log_probs(nets.policy(inputs), masks)
+
+def imitation_loss(nets: PolluxNets, inputs: torch.Tensor, masks: torch.Tensor, actions: torch.Tensor,
+                   slots: int | None = None) -> torch.Tensor:
+    """Mean negative log-likelihood of the teacher's actions under the masked policy (run on the first
+    `slots` window slots, where every state is empty after them; all of them by default)."""
+    log_probs = prefix_log_probs(nets.policy, inputs, masks, nets.config.window if slots is None else slots)
     return -log_probs.gather(1, actions[:, None]).mean()
+
+
+def minibatches(slots: np.ndarray, batch_size: int, generator: torch.Generator) -> list[torch.Tensor]:
+    """One epoch's minibatches of decision indices: a random order, grouped by filled slots in buckets of
+    `SLOT_BUCKET` (the order kept within a group), cut within groups, the minibatches then shuffled."""
+    order = torch.randperm(len(slots), generator=generator)
+    bucket = torch.from_numpy((np.asarray(slots, dtype=np.int64) + SLOT_BUCKET - 1) // SLOT_BUCKET)[order]
+    grouped = order[torch.sort(bucket, stable=True).indices]
+    batches = [batch for group in torch.split(grouped, torch.bincount(bucket).tolist()) if len(group)
+               for batch in torch.split(group, batch_size)]
+    return [batches[k] for k in torch.randperm(len(batches), generator=generator).tolist()]
 
 
 def pretrain(nets: PolluxNets, states: np.ndarray, masks: np.ndarray, actions: np.ndarray, settings: PolluxTrainSettings,
@@ -24,18 +44,17 @@ def pretrain(nets: PolluxNets, states: np.ndarray, masks: np.ndarray, actions: n
     """`settings.sl_epochs` epochs of minibatch Adam steps on the teacher's (state, mask, action) triples;
     one history row per epoch (epoch 0: before any step) with the loss and the greedy agreement."""
     inputs, mask_t, action_t = nets.inputs(states), torch.from_numpy(masks), torch.from_numpy(actions.astype(np.int64))
+    slots = filled_slots(states)
     optimizer = torch.optim.Adam(nets.policy.parameters(), lr=settings.sl_lr)
-    history = [{"epoch": 0, **agreement(nets, inputs, mask_t, action_t)}]
+    history = [{"epoch": 0, **agreement(nets, inputs, mask_t, action_t, slots)}]
     for epoch in tqdm(range(1, settings.sl_epochs + 1), desc="SL pretraining", unit="epoch", disable=not progress):
         nets.policy.train()
-        order = torch.randperm(len(action_t), generator=generator)
-        for start in range(0, len(order), settings.sl_batch_size):
-            idx = order[start:start + settings.sl_batch_size]
-            loss = imitation_loss(nets, inputs[idx], mask_t[idx], action_t[idx])
+        for idx in minibatches(slots, settings.sl_batch_size, generator):
+            loss = imitation_loss(nets, inputs[idx], mask_t[idx], action_t[idx], int(slots[idx.numpy()].max()))
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-        history.append({"epoch": epoch, **agreement(nets, inputs, mask_t, action_t)})
+        history.append({"epoch": epoch, **agreement(nets, inputs, mask_t, action_t, slots)})
     return pd.DataFrame(history)
 
 
@@ -44,16 +63,16 @@ FORWARD_ROWS = 512  # decisions per forward pass: a pass over 8192 at once ran 2
 
 @torch.no_grad()
 def agreement(nets: PolluxNets, inputs: torch.Tensor, masks: torch.Tensor, actions: torch.Tensor,
-              chunk: int = 8192) -> dict[str, float]:
-    """The loss on every decision and the share where the greedy action is the teacher's (summed `chunk`
-    decisions at a time; the network passes `FORWARD_ROWS` at a time, row by row the same logits)."""
+              slots: np.ndarray | None = None) -> dict[str, float]:
+    """The loss on every decision and the share where the greedy action is the teacher's (`FORWARD_ROWS`
+    decisions a pass, each pass up to the fullest of its states' filled `slots`; all of them by default)."""
     nets.policy.eval()
     loss, same = 0.0, 0
-    for start in range(0, len(actions), chunk):
-        rows = inputs[start:start + chunk]
-        logits = torch.cat([nets.policy(rows[k:k + FORWARD_ROWS]) for k in range(0, len(rows), FORWARD_ROWS)])
-        log_probs = masked_log_probs(logits, masks[start:start + chunk])
-        taken = actions[start:start + chunk]
+    for start in range(0, len(actions), FORWARD_ROWS):
+        end = start + FORWARD_ROWS
+        used = nets.config.window if slots is None else int(slots[start:end].max())
+        log_probs = prefix_log_probs(nets.policy, inputs[start:end], masks[start:end], used)
+        taken = actions[start:end]
         loss -= float(log_probs.gather(1, taken[:, None]).sum())
         same += int((log_probs.argmax(-1) == taken).sum())
     count = max(len(actions), 1)
