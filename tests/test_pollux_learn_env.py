@@ -8,7 +8,7 @@ import pytest
 
 from dl2.errors import Dl2Error
 from dl2.learn.pollux.decisions import IntervalDecisions
-from dl2.learn.pollux.demonstrations import teacher_decisions, teacher_forced
+from dl2.learn.pollux.demonstrations import learner_labelled, next_of_round_robin, round_robin, teacher_decisions, teacher_forced
 from dl2.learn.pollux.env import VARIANTS, PolluxDecisionEnv
 from dl2.learn.pollux.features import JOB_FEATURES, encode, encoded_size
 from dl2.learn.pollux.policy import DL2PolluxPolicy
@@ -193,6 +193,37 @@ def test_a_window_of_the_clusters_gpus_keeps_the_teachers_run_on_a_shipped_workl
     assert np.array_equal(forced.completion, own.completion) and np.array_equal(forced.restarts, own.restarts)
     narrow = teacher_forced(workload, PRESET, "optimus", "tuned", window=20, assign_one=True)[3]
     assert narrow.jct.mean() > 2 * own.jct.mean(), "a window of 20 keeps later jobs waiting"
+
+
+def test_the_next_of_the_round_robin_follows_it_from_any_point():
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        start = rng.integers(0, 2, 6)
+        target = start + rng.integers(0, 4, 6)
+        given, followed = start.copy(), []
+        while (action := next_of_round_robin(given, start, target, 10)) != 10:
+            followed.append(action)
+            given[action] += 1
+        assert followed + [10] == list(round_robin(target - start, 10))
+
+
+@pytest.mark.parametrize("assign_one", [True, False])
+def test_a_learner_that_decides_as_the_teacher_is_labelled_with_the_teachers_decisions(assign_one):
+    workload = _workload(20, "2.0", 7)
+    states, masks, actions, run = teacher_forced(workload, PRESET, "optimus", "tuned", window=8, assign_one=assign_one)
+    replay = iter(actions.tolist())
+    seen, labelled, labels, learner = learner_labelled(workload, PRESET, "optimus", "tuned", 8,
+                                                       lambda state, mask: next(replay), assign_one)
+    assert np.array_equal(labels, actions) and np.array_equal(seen, states) and np.array_equal(labelled, masks)
+    assert np.array_equal(learner.completion, run.completion)
+
+
+def test_a_learner_that_stops_early_is_labelled_where_it_drifts():
+    workload = _workload(20, "2.0", 7)
+    states, masks, labels, run = learner_labelled(workload, PRESET, "optimus", "tuned", 8, lambda state, mask: 8, True)
+    assert masks[np.arange(len(labels)), labels].all(), "every label is legal where it is asked"
+    own = simulate(workload, make_policy("optimus"), PRESET)
+    assert (labels < 8).any() and run.jct.mean() > own.jct.mean(), "the teacher would give more than one GPU each"
 
 
 def test_with_assign_one_the_teacher_gives_only_the_gpus_beyond_one_each():

@@ -22,7 +22,7 @@ from dl2.learn.pollux.evaluate import PUBLISHED_SUMMARY, published_baselines
 from dl2.learn.pollux.features import NUM_JOB_FEATURES, encoded_size
 from dl2.learn.pollux.finetune import finetune, interval_ended
 from dl2.learn.pollux.model import PolluxNets, filled_slots, pollux_net_config, prefix_log_probs
-from dl2.learn.pollux.pretrain import SLOT_BUCKET, minibatches, pretrain
+from dl2.learn.pollux.pretrain import SLOT_BUCKET, dagger, minibatches, pretrain
 from dl2.learn.pollux.settings import PolluxTrainSettings
 from dl2.learn.pollux.train import train_dl2_pollux
 from dl2.pollux.grid import Cell
@@ -168,6 +168,22 @@ def test_minibatches_cover_each_decision_once_with_windows_that_fill_alike():
     assert firsts != sorted(firsts), "the minibatches are shuffled, not taken bucket by bucket"
     again = minibatches(slots, 64, torch.Generator().manual_seed(2))
     assert all(torch.equal(a, b) for a, b in zip(batches, again))
+
+
+def test_dagger_adds_the_learners_states_and_is_deterministic(tiny_workload, demonstrations):
+    settings = replace(TINY, sl_epochs=1, dagger_rounds=2, dagger_epochs=1)
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(6)
+        nets = PolluxNets(pollux_net_config(settings))
+        generator = torch.Generator().manual_seed(6)
+        pretrain(nets, *demonstrations, settings, generator)
+        runs.append((dagger(nets, *demonstrations, [tiny_workload], PRESET, settings, generator), nets.policy.state_dict()))
+    history = runs[0][0]
+    assert history["round"].tolist() == [1, 2] and (history["decisions"].diff().iloc[1:] > 0).all()
+    assert history["decisions"].iloc[0] > len(demonstrations[2]), "each round adds the states the learner reached"
+    pd.testing.assert_frame_equal(history, runs[1][0])
+    assert all(torch.equal(v, runs[1][1][k]) for k, v in runs[0][1].items())
 
 
 def test_sl_pretraining_is_deterministic_for_a_seed(demonstrations):

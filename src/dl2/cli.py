@@ -159,8 +159,8 @@ def cmd_publish(args: argparse.Namespace) -> None:
     print(f"published {', '.join(axes)} into {data_dir / 'published' / 'ablations'} (ablate-{args.group}.json)")
 
 
-POLLUX_TRAIN_FLAGS = ("teacher", "variant", "window", "assign_one", "train_load", "train_seeds", "sl_epochs", "ppo_updates",
-                      "num_envs", "rollout_length", "eval_loads", "eval_workloads")  # PolluxTrainSettings keys, as --flags
+POLLUX_TRAIN_FLAGS = ("teacher", "variant", "window", "assign_one", "train_load", "train_seeds", "sl_epochs", "dagger_rounds",
+                      "ppo_updates", "num_envs", "rollout_length", "eval_loads", "eval_workloads")  # PolluxTrainSettings keys, as --flags
 
 
 def cmd_pollux_train(args: argparse.Namespace) -> None:
@@ -321,6 +321,8 @@ def build_parser() -> argparse.ArgumentParser:
     ptrain.add_argument("--train-load", type=float, default=None, help="training workloads' jobs, as the artifact's at this load")
     ptrain.add_argument("--train-seeds", type=int, nargs="+", default=None, help="the Philly generator's seeds (not 1..8)")
     ptrain.add_argument("--sl-epochs", type=int, default=None)
+    ptrain.add_argument("--dagger-rounds", type=int, default=None,
+                        help="rounds of SL on the teacher's labels of the learner's own states, after SL")
     ptrain.add_argument("--ppo-updates", type=int, default=None)
     ptrain.add_argument("--num-envs", type=int, default=None)
     ptrain.add_argument("--rollout-length", type=int, default=None)

@@ -9,13 +9,20 @@ whose windows fill alike: the decisions, in a random order, are grouped by their
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from dl2.learn.pollux.demonstrations import learner_labelled
+from dl2.learn.pollux.fast_greedy import FastGreedy
 from dl2.learn.pollux.model import PolluxNets, filled_slots, prefix_log_probs
 from dl2.learn.pollux.settings import PolluxTrainSettings
+from dl2.pollux.workload import Workload
+from dl2.workload.presets import PolluxPreset
 
 SLOT_BUCKET = 8  # a minibatch's decisions fill the same 8 window slots at most (1-8, 9-16, ...)
 
@@ -40,14 +47,14 @@ def minibatches(slots: np.ndarray, batch_size: int, generator: torch.Generator) 
 
 
 def pretrain(nets: PolluxNets, states: np.ndarray, masks: np.ndarray, actions: np.ndarray, settings: PolluxTrainSettings,
-             generator: torch.Generator, progress: bool = False) -> pd.DataFrame:
+             generator: torch.Generator, progress: bool = False, desc: str = "SL pretraining") -> pd.DataFrame:
     """`settings.sl_epochs` epochs of minibatch Adam steps on the teacher's (state, mask, action) triples;
     one history row per epoch (epoch 0: before any step) with the loss and the greedy agreement."""
     inputs, mask_t, action_t = nets.inputs(states), torch.from_numpy(masks), torch.from_numpy(actions.astype(np.int64))
     slots = filled_slots(states)
     optimizer = torch.optim.Adam(nets.policy.parameters(), lr=settings.sl_lr)
     history = [{"epoch": 0, **agreement(nets, inputs, mask_t, action_t, slots)}]
-    for epoch in tqdm(range(1, settings.sl_epochs + 1), desc="SL pretraining", unit="epoch", disable=not progress):
+    for epoch in tqdm(range(1, settings.sl_epochs + 1), desc=desc, unit="epoch", disable=not progress):
         nets.policy.train()
         for idx in minibatches(slots, settings.sl_batch_size, generator):
             loss = imitation_loss(nets, inputs[idx], mask_t[idx], action_t[idx], int(slots[idx.numpy()].max()))
@@ -56,6 +63,25 @@ def pretrain(nets: PolluxNets, states: np.ndarray, masks: np.ndarray, actions: n
             optimizer.step()
         history.append({"epoch": epoch, **agreement(nets, inputs, mask_t, action_t, slots)})
     return pd.DataFrame(history)
+
+
+def dagger(nets: PolluxNets, states: np.ndarray, masks: np.ndarray, actions: np.ndarray, workloads: Sequence[Workload],
+           preset: PolluxPreset, settings: PolluxTrainSettings, generator: torch.Generator,
+           progress: bool = False) -> pd.DataFrame:
+    """`settings.dagger_rounds` rounds after SL: the greedy learner runs each training workload, the teacher
+    labels every state it reaches (`learner_labelled`), and `dagger_epochs` epochs of SL follow over the
+    teacher's own decisions and every state labelled so far. One history row per epoch, with its round."""
+    history = []
+    for round_ in range(1, settings.dagger_rounds + 1):
+        decide = FastGreedy(nets)
+        labelled = [learner_labelled(w, preset, settings.teacher, settings.variant, settings.window, decide,
+                                     settings.assign_one)[:3] for w in workloads]
+        states, masks, actions = (np.concatenate([part, *(lab[k] for lab in labelled)])
+                                  for k, part in enumerate((states, masks, actions)))
+        rows = pretrain(nets, states, masks, actions, replace(settings, sl_epochs=settings.dagger_epochs), generator,
+                        progress, desc=f"DAgger round {round_}")
+        history.append(rows.iloc[1:].assign(round=round_, decisions=len(actions)))
+    return pd.concat(history, ignore_index=True) if history else pd.DataFrame()
 
 
 FORWARD_ROWS = 512  # decisions per forward pass: a pass over 8192 at once ran 2.7x slower a decision (memory)

@@ -29,6 +29,8 @@ class PolluxTrainSettings:
     sl_epochs: int = 10
     sl_lr: float = 1e-3
     sl_batch_size: int = 512
+    dagger_rounds: int = 0  # rounds of SL on the teacher's labels of the learner's own states (DAgger) after SL
+    dagger_epochs: int = 2  # SL epochs per round, over every state labelled so far
     ppo_updates: int = 20
     num_envs: int = 8
     rollout_length: int = 256  # decisions per environment per update
@@ -64,7 +66,7 @@ class PolluxTrainSettings:
         for key, value in counts.items():
             if value <= 0:
                 raise Dl2Error(f"{key}: must be positive, got {value}")
-        for key in ("sl_epochs", "ppo_updates"):
+        for key in ("sl_epochs", "ppo_updates", "dagger_rounds", "dagger_epochs"):
             if getattr(self, key) < 0:
                 raise Dl2Error(f"{key}: must be at least 0, got {getattr(self, key)}")
         if self.train_load <= 0:

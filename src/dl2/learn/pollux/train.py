@@ -1,5 +1,6 @@
 """One DL2 training run in the Pollux world (issue 35): SL pretraining on a teacher's decisions over
-workloads from the Philly-derived generator (seeds other than the artifact's), PPO fine-tuning on the
+workloads from the Philly-derived generator (seeds other than the artifact's), optional DAgger rounds on
+the teacher's labels of the learner's own states, PPO fine-tuning on the
 same workloads, greedy evaluation on the artifact's workloads beside the published baselines, a
 checkpoint after each stage. Deterministic given the seed and torch's thread count (`settings.threads`)."""
 
@@ -18,7 +19,7 @@ from dl2.learn.pollux.demonstrations import teacher_decisions
 from dl2.learn.pollux.evaluate import beside_baselines, evaluate_greedy
 from dl2.learn.pollux.finetune import finetune
 from dl2.learn.pollux.model import PolluxNets, pollux_net_config
-from dl2.learn.pollux.pretrain import pretrain
+from dl2.learn.pollux.pretrain import dagger, pretrain
 from dl2.learn.pollux.settings import PolluxTrainSettings
 from dl2.paths import write_csv_atomic, write_json_atomic
 from dl2.pollux.philly import generate_workload, load_philly
@@ -70,8 +71,13 @@ def _train(settings: PolluxTrainSettings, preset: PolluxPreset, seed: int, out_d
     seconds["demonstrations"] = time.perf_counter() - clock
 
     clock = time.perf_counter()
-    pretrain_history = pretrain(nets, states, masks, actions, settings, generator, progress)
+    pretrain_history = pretrain(nets, states, masks, actions, settings, generator, progress).assign(round=0)
     seconds["pretrain"] = time.perf_counter() - clock
+    if settings.dagger_rounds:
+        clock = time.perf_counter()
+        rounds = dagger(nets, states, masks, actions, workloads, preset, settings, generator, progress)
+        pretrain_history = pd.concat([pretrain_history, rounds], ignore_index=True)
+        seconds["dagger"] = time.perf_counter() - clock
     if out_dir is not None:
         save_checkpoint(out_dir / "pretrained.pt", nets, settings, "pretrained", seed)
 
