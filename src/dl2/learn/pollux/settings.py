@@ -20,7 +20,7 @@ class PolluxTrainSettings:
 
     teacher: str = "optimus"
     variant: str = "tuned"
-    window: int = 64  # the cluster's GPUs: every job that could run (docs/pollux.md, "The window")
+    window: int = 64  # the cluster's GPUs: as many jobs as could run at once (docs/pollux.md, "The window")
     assign_one: bool = True  # each interval first gives every window job one GPU (dl2.learn.pollux.decisions)
     network: str = "per-job"
     hidden: tuple[int, ...] = (128, 128)
