@@ -9,8 +9,8 @@ job one GPU: the decisions give only the GPUs beyond those (a job the teacher ga
 (DAgger, Ross et al., AISTATS 2011): each interval the teacher allocates on the learner's view, and each
 state's label is the round robin's next "+1" toward those counts from the GPUs the learner has given so far
 (void once every window job has its count). Imitation of the teacher's own states alone drifts: a learner
-whose per-decision agreement was 0.86 gave 89% of its jobs other counts than the teacher would have on the
-same view (docs/pollux.md, "Learning from the learner's states").
+whose per-decision agreement was 0.94 gave 85% of its jobs (0.5x load; 48% at 1.0x) other counts than the
+teacher would have on the same view (docs/pollux.md, "Learning from the learner's states").
 
 A teacher-forced episode reproduces the teacher's own run where the window holds every active job and the
 teacher places as the environment does: exactly for Optimus+Oracle (same placement rule; its first step is

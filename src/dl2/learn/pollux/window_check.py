@@ -2,9 +2,10 @@
 decision environment (`teacher_forced`) at a given window, on the artifact's workloads, beside its own run.
 
 The window holds the first `window` active jobs in arrival order; a job outside it holds nothing that
-interval. A window of the cluster's GPUs (64) holds every job that could run, and the forced run is then the
-teacher's own; a smaller one keeps later jobs waiting, which a learned policy imitating the teacher cannot
-undo. `python -m dl2.learn.pollux.window_check --windows 20 64` prints the table docs/pollux.md quotes.
+interval. A window of the cluster's GPUs (64) holds as many jobs as could run at once, and on every shipped
+cell the forced run is then the teacher's own; a smaller one keeps later jobs waiting, which a learned policy
+imitating the teacher cannot undo. `python -m dl2.learn.pollux.window_check --windows 20 32 64` prints the
+table docs/pollux.md quotes.
 """
 
 from __future__ import annotations
