@@ -10,7 +10,7 @@ from dl2.paths import PACKAGE_DIR
 
 # lowest first
 LAYERS = (
-    ("foundation", ("dl2", "dl2.errors", "dl2.paths", "dl2.config", "dl2.plots")),
+    ("foundation", ("dl2", "dl2.errors", "dl2.paths", "dl2.checkout", "dl2.config", "dl2.plots")),
     ("workload: job types, speeds, traces, presets", ("dl2.workload",)),
     ("the simulated cluster: state, placement, slot steps, results", ("dl2.sim", "dl2.metrics", "dl2.capacity_bound")),
     ("schedulers: the scheduler and backend protocols, the heuristics", ("dl2.schedulers",)),
@@ -23,7 +23,7 @@ LAYERS = (
     ("sim-to-real experiments: profiling, replay, the report's section", ("dl2.sim_to_real",)),
     ("pipeline and command line", ("dl2.stages", "dl2.stage_configs", "dl2.notebooks", "dl2.tracking", "dl2.compare", "dl2.bound_tightness",
                                    "dl2.worlds", "dl2.reproduction", "dl2.publish", "dl2.score", "dl2.bench", "dl2.bench_ray",
-                                   "dl2.bench_clusters", "dl2.bench_pollux", "dl2.bench_pollux_sl",
+                                   "dl2.bench_clusters", "dl2.bench_pollux", "dl2.bench_pollux_sl", "dl2.bench_record",
                                    "dl2.bench_pollux_env", "dl2.bench_bound", "dl2.bench_pipeline", "dl2.bench_score",
                                    "dl2.cli",
                                    "dl2.testbed_cli")),

@@ -5,7 +5,6 @@ time to within 5% of its teacher's validation JCT."""
 
 from __future__ import annotations
 
-import platform
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dl2.backends.sim import SimulatedCluster, simulate
-from dl2.paths import write_json_atomic
+from dl2.bench_record import finish, stamp
 from dl2.schedulers import policy_names
 from dl2.sim.scenario import Scenario
 from dl2.workload.presets import get_preset
@@ -28,8 +27,7 @@ PRESETS = ("paper", "paper-large")
 
 def run_benchmark(out: str | Path | None = None, repeats: int = 20, num_traces: int = 5, learn: bool = True) -> dict:
     """Median milliseconds per trace and slots per second, per preset and policy; written as JSON to `out`."""
-    results: dict = {"machine": {"python": platform.python_version(), "processor": platform.machine()},
-                     "repeats": repeats, "traces": num_traces, "presets": {}}
+    results: dict = {**stamp(), "repeats": repeats, "traces": num_traces, "presets": {}}
     for name in PRESETS:
         scenario = Scenario(get_preset(name))
         traces = [generate_trace(scenario.preset, scenario.catalog, s) for s in np.random.SeedSequence(0).spawn(num_traces)]
@@ -54,9 +52,7 @@ def run_benchmark(out: str | Path | None = None, repeats: int = 20, num_traces: 
         results["presets"][name] = {"num_jobs": scenario.preset.num_jobs, "num_nodes": scenario.preset.num_nodes, "policies": per_policy}
     if learn:
         results["learn"] = learn_benchmark()
-    if out is not None:
-        write_json_atomic(out, results)
-    return results
+    return finish(results, out)
 
 
 def learn_benchmark(num_traces: int = 16, window: int = 40, networks: tuple[str, ...] = ("paper", "per-job")) -> dict:

@@ -5,19 +5,18 @@ size and the horizon it needed."""
 
 from __future__ import annotations
 
-import platform
 import time
 from pathlib import Path
 
 import numpy as np
 
+from dl2.bench_record import finish, stamp
 from dl2.capacity_bound import capacity_bound, useful_configs
 from dl2.config import load_params, section
 from dl2.learn.settings import learn_settings
 from dl2.learn.workflow import scenario as learn_scenario
 from dl2.learn.workflow import split_traces
 from dl2.metrics import lower_bound_jct
-from dl2.paths import write_json_atomic
 from dl2.workload.presets import presets_from
 
 PRESETS = ("dev", "paper", "paper-large", "testbed")
@@ -27,7 +26,7 @@ def bound_benchmark(out: str | Path, repeats: int = 3) -> dict:
     """Per preset: median seconds of `capacity_bound` (LP built and solved, configs already found) over `repeats`,
     HiGHS's own share, the configs' one-off seconds, the LP's variables and horizon; written as JSON to `out`."""
     params = load_params()
-    results: dict = {"machine": {"python": platform.python_version(), "processor": platform.machine()}, "repeats": repeats,
+    results: dict = {**stamp(), "repeats": repeats,
                      "presets": {}}
     for name in PRESETS:
         values = {**section(params, "learn", "params.yaml"), "preset": name}
@@ -48,5 +47,4 @@ def bound_benchmark(out: str | Path, repeats: int = 3) -> dict:
                                     "solve_seconds": round(float(np.median(solve)), 4), "variables": bound.variables,
                                     "horizon": bound.horizon, "capacity_bound": bound.avg_jct,
                                     "lower_bound": float(lower_bound_jct(trace, scenario).mean())}
-    write_json_atomic(out, results)
-    return results
+    return finish(results, out)

@@ -15,7 +15,6 @@ The published clusters axis (`data/published/ablations/clusters/curves.csv`) mea
 from __future__ import annotations
 
 import os
-import platform
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -23,7 +22,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from dl2.paths import DATA_DIR, write_json_atomic
+from dl2.bench_record import finish, stamp
+from dl2.paths import DATA_DIR
 
 STEPS = 20
 WARMUP = 2
@@ -109,6 +109,7 @@ def clusters_benchmark(out: str | Path | None = None, counts: tuple[int, ...] = 
     if not counts or min(counts) < 1 or max(counts) > cpus:
         raise Dl2Error(f"--counts: cluster counts from 1 to this machine's {cpus} CPUs, one CPU per cluster (got {list(counts)})")
     counts = tuple(sorted(set(counts) | {1}))
+    opened = stamp(cpus=cpus)
     stage = finetune_stage()
     in_process = {x: seconds_per_update(stage, x, steps=steps) for x in counts}
     on_actors = {}
@@ -116,7 +117,7 @@ def clusters_benchmark(out: str | Path | None = None, counts: tuple[int, ...] = 
         with LocalRayCluster(nodes=x, cpus=1) as cluster:
             on_actors[x] = seconds_per_update(stage, x, Executor("ray", cluster.address, 1.0, 0, x), steps=steps)
     report = {
-        "machine": {"python": platform.python_version(), "processor": platform.machine(), "cpus": cpus},
+        **opened,
         "steps": steps, "decisions_per_cluster_and_update": stage.finetune.learner.rollout_length,
         "seconds_per_update": {"actors": {str(x): s for x, s in on_actors.items()},
                                "in_process": {str(x): s for x, s in in_process.items()}},
@@ -125,6 +126,4 @@ def clusters_benchmark(out: str | Path | None = None, counts: tuple[int, ...] = 
         "sampling_speedup_vs_1": {str(x): x * on_actors[1]["total"] / on_actors[x]["total"] for x in counts},
         "to_published_target": projection({x: s["total"] for x, s in on_actors.items()}, updates_to_target()),
     }
-    if out is not None:
-        write_json_atomic(out, report)
-    return report
+    return finish(report, out)

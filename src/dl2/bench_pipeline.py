@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import re
 import resource
 import shutil
@@ -22,11 +21,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
+from dl2.bench_record import finish, stamp
 from dl2.errors import Dl2Error
-from dl2.paths import repo_root, write_json_atomic
+from dl2.paths import repo_root
 
 COMMAND = ("uv", "run", "--locked", "dvc", "repro")
 USAGE_LOG = "DL2_STAGE_USAGE"  # set: `dl2 stage` appends its CPU seconds to this file, one JSON line a stage
@@ -112,25 +111,18 @@ def pipeline_benchmark(out: str | Path | None = None) -> dict:
     clone, log, usage_log = work / "clone", work / "repro.log", work / "stages.jsonl"
     _git("clone", "--quiet", str(root), str(clone), cwd=root)
     _git("checkout", "--quiet", commit, cwd=clone)
-    load_before = os.getloadavg()
+    results = stamp(python_writes_bytecode=not sys.flags.dont_write_bytecode)
     wall, usage, announced = run_main_command(clone, log, usage_log)
-    load_after = os.getloadavg()
     stages = stage_rows(announced, wall, usage_log)
     shutil.rmtree(work)
     in_stages = {k: sum(s[k] for s in stages) for k in ("wall_seconds", "user_seconds", "system_seconds")}
-    results = {
+    results.update({
         "command": " ".join(COMMAND), "commit": commit,
         "uncommitted_changes_left_out": uncommitted,  # the clone holds the commit, not this checkout's edits
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {"cores": os.cpu_count(), "processor": platform.machine(), "python": platform.python_version(),
-                    "load_average_1min_before": round(load_before[0], 2), "load_average_1min_after": round(load_after[0], 2),
-                    "python_writes_bytecode": not sys.flags.dont_write_bytecode},
         "total": _seconds(usage.ru_utime, usage.ru_stime, wall),
         # wall: before the first stage (uv creating the environment, dvc starting); CPU: uv and dvc throughout
         "outside_stages": _seconds(usage.ru_utime - in_stages["user_seconds"], usage.ru_stime - in_stages["system_seconds"],
                                    wall - in_stages["wall_seconds"]),
         "stages": stages,
-    }
-    if out is not None:
-        write_json_atomic(out, results)
-    return results
+    })
+    return finish(results, out)

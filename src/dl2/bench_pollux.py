@@ -4,13 +4,12 @@ of a run, the policy's milliseconds per interval and the seconds spent fitting j
 
 from __future__ import annotations
 
-import platform
 import time
 from pathlib import Path
 
 import numpy as np
 
-from dl2.paths import write_json_atomic
+from dl2.bench_record import finish, stamp
 from dl2.pollux import kernels
 from dl2.pollux.apps import app_tables, load_applications
 from dl2.pollux.cluster import simulate
@@ -51,8 +50,7 @@ def pollux_benchmark(out: str | Path | None = None, seed: int = 0) -> dict:
     """The job step's speed and each policy's on workload 6 at 1x load; written as JSON to `out`."""
     preset = get_preset("pollux", world=POLLUX)
     workload = read_workload(WORKLOAD)
-    results: dict = {"machine": {"python": platform.python_version(), "processor": platform.machine()},
-                     "workload": str(WORKLOAD.relative_to(POLLUX_DATA)), "job_step_us_per_job_interval": job_step_microseconds(),
+    results: dict = {**stamp(), "workload": str(WORKLOAD.relative_to(POLLUX_DATA)), "job_step_us_per_job_interval": job_step_microseconds(),
                      "policies": {}}
     for policy in POLICIES:
         simulate(workload.first(12), make_policy(policy, seed), preset)  # compiled (or loaded from cache) before timing
@@ -63,6 +61,4 @@ def pollux_benchmark(out: str | Path | None = None, seed: int = 0) -> dict:
                                        "policy_ms_per_interval": 1e3 * run.policy_seconds / run.num_intervals,
                                        "model_fit_seconds": run.model_seconds,
                                        "ms_per_interval": 1e3 * wall / run.num_intervals}
-    if out is not None:
-        write_json_atomic(out, results)
-    return results
+    return finish(results, out)

@@ -11,22 +11,18 @@ numbers move with the load."""
 
 from __future__ import annotations
 
-import os
-import platform
-import subprocess
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from dl2.bench_record import finish, stamp
 from dl2.learn.pollux.env import VARIANTS, PolluxDecisionEnv
 from dl2.learn.pollux.finetune import finetune
 from dl2.learn.pollux.model import PolluxNets, pollux_net_config
 from dl2.learn.pollux.settings import PolluxTrainSettings
 from dl2.learn.pollux.vec import PolluxVecEnv
-from dl2.paths import repo_root, write_json_atomic
 from dl2.pollux.grid import POLLUX_DATA
 from dl2.pollux.workload import read_workload
 from dl2.workload.presets import POLLUX, get_preset
@@ -81,27 +77,12 @@ def ppo_end_to_end(variant: str = "tuned", seed: int = 0) -> dict:
             "ppo_batch_size": settings.ppo_batch_size, "hidden": list(settings.hidden)}
 
 
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo_root(), capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return ""
-
-
 def pollux_env_benchmark(out: str | Path | None = None) -> dict:
     """Every variant under every action rule, then PPO end to end; written as JSON to `out`
     (published: data/published/bench/pollux_env.json)."""
-    load_before = os.getloadavg()
-    results: dict = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "commit": _commit(),
-                     "machine": {"cores": os.cpu_count(), "processor": platform.machine(),
-                                 "python": platform.python_version(), "load_average_1min_before": round(load_before[0], 2)},
-                     "envs": 16, "window": 20, "workloads": "artifact's workloads 1-8 at 1x load", "runs": {}}
+    results: dict = {**stamp(), "envs": 16, "window": 20, "workloads": "artifact's workloads 1-8 at 1x load", "runs": {}}
     for variant in VARIANTS:
         for rule in RULES:
             results["runs"][f"{variant}/{rule}"] = measure(variant, rule, STEPS[variant])
     results["ppo_end_to_end"] = {"tuned": ppo_end_to_end("tuned")}
-    results["machine"]["load_average_1min_after"] = round(os.getloadavg()[0], 2)
-    if out is not None:
-        write_json_atomic(out, results)
-    return results
+    return finish(results, out)

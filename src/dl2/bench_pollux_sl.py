@@ -8,21 +8,17 @@ recorded beside: on the shared 2-core machine the numbers move with the load."""
 
 from __future__ import annotations
 
-import os
-import platform
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from dl2.bench_pollux_env import _commit
+from dl2.bench_record import finish, stamp
 from dl2.learn.pollux.demonstrations import teacher_decisions
 from dl2.learn.pollux.model import PolluxNets, filled_slots, pollux_net_config
 from dl2.learn.pollux.pretrain import imitation_loss, minibatches
 from dl2.learn.pollux.settings import PolluxTrainSettings
-from dl2.paths import write_json_atomic
 from dl2.pollux.grid import POLLUX_DATA
 from dl2.pollux.workload import read_workload
 from dl2.workload.presets import POLLUX, get_preset
@@ -70,11 +66,7 @@ def pollux_sl_benchmark(out: str | Path | None = None) -> dict:
     """Every window of `WINDOWS`; written as JSON to `out` (published: data/published/bench/pollux_sl.json)."""
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
-    results: dict = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "commit": _commit(),
-                     "machine": {"cores": os.cpu_count(), "processor": platform.machine(),
-                                 "python": platform.python_version(),
-                                 "load_average_1min_before": round(os.getloadavg()[0], 2)},
-                     "teacher": "optimus", "workloads": f"artifact's 1x-load workloads {list(WORKLOADS)}",
+    results: dict = {**stamp(), "teacher": "optimus", "workloads": f"artifact's 1x-load workloads {list(WORKLOADS)}",
                      "hidden": list(PolluxTrainSettings().hidden), "batch_size": PolluxTrainSettings().sl_batch_size,
                      "torch_threads": 1, "windows": {}}
     try:
@@ -82,7 +74,4 @@ def pollux_sl_benchmark(out: str | Path | None = None) -> dict:
             results["windows"][str(window)] = measure(window)
     finally:
         torch.set_num_threads(previous)
-    results["machine"]["load_average_1min_after"] = round(os.getloadavg()[0], 2)
-    if out is not None:
-        write_json_atomic(out, results)
-    return results
+    return finish(results, out)

@@ -8,12 +8,11 @@ and whether every run gave the in-process results."""
 from __future__ import annotations
 
 import json
-import platform
 import tempfile
 import time
 from pathlib import Path
 
-from dl2.paths import write_json_atomic
+from dl2.bench_record import finish, stamp
 
 EMPTY_TASKS = 200
 BENCH_SCALE = {"learn": {"train_traces": 2, "validation_traces": 2}, "pretrain": {"epochs": 2, "eval_every": 2},
@@ -80,6 +79,7 @@ def ray_benchmark(out: str | Path | None = None) -> dict:
     from dl2.distributed.executor import LOCAL, Executor
     from dl2.distributed.local_cluster import LocalRayCluster
 
+    opened = stamp()
     plans = reduced_group(BENCH_SCALE)
     jobs = sum(len(p.cells) * len(p.seeds) for p in plans)
     with tempfile.TemporaryDirectory(prefix="dl2-bench-ray-") as tmp:
@@ -98,13 +98,11 @@ def ray_benchmark(out: str | Path | None = None) -> dict:
                                "equal_to_local": results == local, "empty_task_seconds": _empty_task_seconds()}
     one, two = runs[1]["seconds"], runs[2]["seconds"]
     report = {
-        "machine": {"python": platform.python_version(), "processor": platform.machine()},
+        **opened,
         "group": "pretraining axis, seeds [0, 1], reduced scale with BENCH_SCALE", "scale": BENCH_SCALE, "jobs": jobs,
         "local_seconds": local_s, "ray": {f"{n}-node": run for n, run in runs.items()},
         "speedup_2_vs_1_node": one / two,
         "overhead_per_task_seconds": (one - local_s) / jobs,  # one node runs the jobs one at a time, as this process does
         "equal_results": all(run["equal_to_local"] for run in runs.values()),
     }
-    if out is not None:
-        write_json_atomic(out, report)
-    return report
+    return finish(report, out)

@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
+from dl2.bench_record import finish, stamp
 from dl2.errors import Dl2Error
-from dl2.paths import write_json_atomic
 
 EXAMPLE = '''import numpy as np
 
@@ -55,8 +53,7 @@ def timed_score(spec: str, folder: Path) -> dict:
 
 def score_benchmark(out: str | Path | None = None) -> dict:
     """`dl2 score` timed for each of `SCHEDULERS`; written as JSON to `out`."""
-    results: dict = {"machine": {"python": platform.python_version(), "processor": platform.machine(), "cpus": os.cpu_count()},
-                     "date": datetime.now(UTC).isoformat(timespec="seconds"), "schedulers": {}}
+    results: dict = {**stamp(), "schedulers": {}}
     with tempfile.TemporaryDirectory(prefix="dl2-bench-score-") as tmp:
         folder = Path(tmp)
         (folder / "bench_example.py").write_text(EXAMPLE)
@@ -65,6 +62,4 @@ def score_benchmark(out: str | Path | None = None) -> dict:
             row["ps_worker_seconds"] = sum(s for p, s in row["part_seconds"].items() if p.startswith("ps-worker/"))
             row["pollux_seconds"] = sum(s for p, s in row["part_seconds"].items() if p.startswith("pollux/"))
             results["schedulers"][label] = {"scheduler": spec, **row}
-    if out is not None:
-        write_json_atomic(out, results)
-    return results
+    return finish(results, out)

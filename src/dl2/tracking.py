@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,6 +14,7 @@ import mlflow
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
+from dl2.checkout import git_commit
 from dl2.paths import repo_root
 
 if TYPE_CHECKING:
@@ -59,17 +59,6 @@ def experiment_id(name: str = EXPERIMENT) -> str:
         if experiment.tags.get(key) != value:
             client.set_experiment_tag(experiment.experiment_id, key, value)
     return experiment.experiment_id
-
-
-def git_commit() -> str:
-    """The checkout's commit (with `-dirty` if it has uncommitted changes), or `unknown`."""
-    try:
-        root = repo_root()
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True).stdout
-        return sha + ("-dirty" if dirty.strip() else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
