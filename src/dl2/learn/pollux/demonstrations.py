@@ -21,11 +21,12 @@ wherever Tiresias leaves a job waiting.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from dl2.errors import Dl2Error
+from dl2.learn.pollux.decisions import IntervalDecisions
 from dl2.learn.pollux.env import PolluxDecisionEnv
 from dl2.pollux.cluster import PolluxRun
 from dl2.pollux.policies import make_policy
@@ -54,6 +55,12 @@ def next_of_round_robin(given: np.ndarray, start: np.ndarray, target: np.ndarray
     return int(below[np.argmin((given - start)[below])]) if len(below) else window
 
 
+def window_counts(allocation: Mapping[int, Sequence], interval: IntervalDecisions) -> np.ndarray:
+    """A teacher's GPUs per window job (`allocation`: nodes per job id), each cut to the job's cap."""
+    counts = np.array([len(allocation.get(j, ())) for j in interval.jobs_in_window.tolist()], dtype=np.int64)
+    return np.minimum(counts, interval.caps)
+
+
 def teacher_forced(workload: Workload, preset: PolluxPreset, teacher: str, variant: str, window: int,
                    assign_one: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, PolluxRun]:
     """One episode of `teacher`'s decisions through the environment: (states, masks, actions, run)."""
@@ -65,9 +72,7 @@ def teacher_forced(workload: Workload, preset: PolluxPreset, teacher: str, varia
     state, mask = env.reset()
     while not env.done:
         interval = env.decisions
-        allocation = policy.allocate(env.view)
-        counts = np.array([len(allocation.get(j, ())) for j in interval.jobs_in_window.tolist()], dtype=np.int64)
-        extra = np.maximum(np.minimum(counts, interval.caps) - interval.given, 0)  # beyond what the interval gave
+        extra = np.maximum(window_counts(policy.allocate(env.view), interval) - interval.given, 0)  # beyond what it gave
         for action in round_robin(extra, window):
             states.append(state.copy())
             masks.append(mask.copy())
@@ -106,10 +111,8 @@ def learner_labelled(workload: Workload, preset: PolluxPreset, teacher: str, var
         decisions = env.decisions
         if decisions is not interval:
             interval = decisions
-            allocation = policy.allocate(env.view)
-            counts = np.array([len(allocation.get(j, ())) for j in decisions.jobs_in_window.tolist()], dtype=np.int64)
             start = decisions.given.copy()
-            target = np.maximum(np.minimum(counts, decisions.caps), start)
+            target = np.maximum(window_counts(policy.allocate(env.view), decisions), start)
         states.append(state.copy())
         masks.append(mask.copy())
         labels.append(next_of_round_robin(decisions.given, start, target, window))
