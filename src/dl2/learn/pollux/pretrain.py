@@ -10,7 +10,7 @@ whose windows fill alike: the decisions, in a random order, are grouped by their
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -46,22 +46,52 @@ def minibatches(slots: np.ndarray, batch_size: int, generator: torch.Generator) 
     return [batches[k] for k in torch.randperm(len(batches), generator=generator).tolist()]
 
 
+@dataclass(frozen=True)
+class Demonstrations:
+    """Decisions to imitate as the networks read them: inputs, masks and actions as tensors, and each state's
+    filled window slots (`filled_slots`)."""
+
+    inputs: torch.Tensor
+    masks: torch.Tensor
+    actions: torch.Tensor
+    slots: np.ndarray
+
+    @classmethod
+    def encode(cls, nets: PolluxNets, states: np.ndarray, masks: np.ndarray, actions: np.ndarray) -> Demonstrations:
+        """Raw (state, mask, action) triples, encoded once."""
+        return cls(nets.inputs(states), torch.from_numpy(masks), torch.from_numpy(actions.astype(np.int64)),
+                   filled_slots(states))
+
+    def __add__(self, more: Demonstrations) -> Demonstrations:
+        return Demonstrations(torch.cat([self.inputs, more.inputs]), torch.cat([self.masks, more.masks]),
+                              torch.cat([self.actions, more.actions]), np.concatenate([self.slots, more.slots]))
+
+    def __len__(self) -> int:
+        return len(self.actions)
+
+
 def pretrain(nets: PolluxNets, states: np.ndarray, masks: np.ndarray, actions: np.ndarray, settings: PolluxTrainSettings,
              generator: torch.Generator, progress: bool = False, desc: str = "SL pretraining") -> pd.DataFrame:
     """`settings.sl_epochs` epochs of minibatch Adam steps on the teacher's (state, mask, action) triples;
     one history row per epoch (epoch 0: before any step) with the loss and the greedy agreement."""
-    inputs, mask_t, action_t = nets.inputs(states), torch.from_numpy(masks), torch.from_numpy(actions.astype(np.int64))
-    slots = filled_slots(states)
+    return fit(nets, Demonstrations.encode(nets, states, masks, actions), settings, generator, progress, desc)
+
+
+def fit(nets: PolluxNets, data: Demonstrations, settings: PolluxTrainSettings, generator: torch.Generator,
+        progress: bool = False, desc: str = "SL pretraining", measure_start: bool = True) -> pd.DataFrame:
+    """`settings.sl_epochs` epochs of SL on encoded `data`, a fresh Adam; one history row per epoch, and one
+    before any step (epoch 0) if `measure_start`."""
     optimizer = torch.optim.Adam(nets.policy.parameters(), lr=settings.sl_lr)
-    history = [{"epoch": 0, **agreement(nets, inputs, mask_t, action_t, slots)}]
+    history = [{"epoch": 0, **agreement(nets, data.inputs, data.masks, data.actions, data.slots)}] if measure_start else []
     for epoch in tqdm(range(1, settings.sl_epochs + 1), desc=desc, unit="epoch", disable=not progress):
         nets.policy.train()
-        for idx in minibatches(slots, settings.sl_batch_size, generator):
-            loss = imitation_loss(nets, inputs[idx], mask_t[idx], action_t[idx], int(slots[idx.numpy()].max()))
+        for idx in minibatches(data.slots, settings.sl_batch_size, generator):
+            loss = imitation_loss(nets, data.inputs[idx], data.masks[idx], data.actions[idx],
+                                  int(data.slots[idx.numpy()].max()))
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-        history.append({"epoch": epoch, **agreement(nets, inputs, mask_t, action_t, slots)})
+        history.append({"epoch": epoch, **agreement(nets, data.inputs, data.masks, data.actions, data.slots)})
     return pd.DataFrame(history)
 
 
@@ -70,17 +100,18 @@ def dagger(nets: PolluxNets, states: np.ndarray, masks: np.ndarray, actions: np.
            progress: bool = False) -> pd.DataFrame:
     """`settings.dagger_rounds` rounds after SL: the greedy learner runs each training workload, the teacher
     labels every state it reaches (`learner_labelled`), and `dagger_epochs` epochs of SL follow over the
-    teacher's own decisions and every state labelled so far. One history row per epoch, with its round."""
+    teacher's own decisions and every state labelled so far (each state encoded once). One history row per
+    epoch, with its round."""
     history = []
+    data = Demonstrations.encode(nets, states, masks, actions) if settings.dagger_rounds else None
     for round_ in range(1, settings.dagger_rounds + 1):
         decide = FastGreedy(nets)
         labelled = [learner_labelled(w, preset, settings.teacher, settings.variant, settings.window, decide,
                                      settings.assign_one)[:3] for w in workloads]
-        states, masks, actions = (np.concatenate([part, *(lab[k] for lab in labelled)])
-                                  for k, part in enumerate((states, masks, actions)))
-        rows = pretrain(nets, states, masks, actions, replace(settings, sl_epochs=settings.dagger_epochs), generator,
-                        progress, desc=f"DAgger round {round_}")
-        history.append(rows.iloc[1:].assign(round=round_, decisions=len(actions)))
+        data += Demonstrations.encode(nets, *(np.concatenate([lab[k] for lab in labelled]) for k in range(3)))
+        rows = fit(nets, data, replace(settings, sl_epochs=settings.dagger_epochs), generator, progress,
+                   desc=f"DAgger round {round_}", measure_start=False)
+        history.append(rows.assign(round=round_, decisions=len(data)))
     return pd.concat(history, ignore_index=True) if history else pd.DataFrame()
 
 
