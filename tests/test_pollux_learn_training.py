@@ -24,7 +24,8 @@ from dl2.learn.pollux.finetune import finetune, interval_ended
 from dl2.learn.pollux.model import PolluxNets, filled_slots, pollux_net_config, prefix_log_probs
 from dl2.learn.pollux.pretrain import SLOT_BUCKET, dagger, minibatches, pretrain
 from dl2.learn.pollux.settings import PolluxTrainSettings
-from dl2.learn.pollux.train import train_dl2_pollux
+from dl2.learn.pollux import runs
+from dl2.learn.pollux.train import finished_run, train_dl2_pollux
 from dl2.pollux.grid import Cell
 from dl2.pollux.workload import read_workload
 from dl2.workload.presets import PolluxPreset
@@ -290,3 +291,23 @@ def test_a_training_run_writes_its_checkpoints_and_compares_with_the_baselines(t
         assert np.isnan(row["avg_jct"])
     else:
         assert row["ratio_to_optimus"] == pytest.approx(row["avg_jct"] / row["optimus"])
+
+
+@pytest.mark.slow
+def test_a_set_of_runs_resumes_reading_back_the_runs_that_finished(tmp_path):
+    settings = PolluxTrainSettings(window=8, hidden=(16, 16), train_load=0.1, train_seeds=(101,), sl_epochs=1,
+                                   ppo_updates=1, num_envs=2, rollout_length=16, eval_loads=("0.5",), eval_workloads=(1,))
+    first = runs.train_runs([settings], PRESET, [3], tmp_path, progress=False)
+    folder = tmp_path / "tuned" / "seed-3"
+    written = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
+    again = runs.train_runs([settings], PRESET, [3], tmp_path, progress=False)
+    assert {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == written, "read back, not trained again"
+    pd.testing.assert_frame_equal(runs.summary(again), runs.summary(first), check_exact=True)
+    for a, b in zip(runs.histories(again), runs.histories(first)):
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
+    assert all(torch.equal(v, first[("tuned", 3)].nets.policy.state_dict()[k])
+               for k, v in again[("tuned", 3)].nets.policy.state_dict().items())
+    assert finished_run(folder, replace(settings, sl_epochs=2), 3) is None, "other settings: train again"
+    assert finished_run(folder, settings, 4) is None and finished_run(tmp_path / "absent", settings, 3) is None
+    (folder / "run.json").unlink()  # a run interrupted before its last file
+    assert finished_run(folder, settings, 3) is None

@@ -11,7 +11,7 @@ import pandas as pd
 
 from dl2.learn.pollux.evaluate import PUBLISHED_SUMMARY
 from dl2.learn.pollux.settings import PolluxTrainSettings
-from dl2.learn.pollux.train import PolluxTrainResult, train_dl2_pollux
+from dl2.learn.pollux.train import PolluxTrainResult, finished_run, train_dl2_pollux
 from dl2.pollux import table
 from dl2.workload.presets import PolluxPreset
 
@@ -21,9 +21,20 @@ Runs = dict[tuple[str, int], PolluxTrainResult]  # (variant, seed) -> its run
 def train_runs(settings: Sequence[PolluxTrainSettings], preset: PolluxPreset, seeds: Sequence[int], out_dir: str | Path,
                progress: bool = True) -> Runs:
     """One training run per settings (a variant each) and seed, each writing its checkpoints and tables into
-    `out_dir/<variant>/seed-<seed>`."""
-    return {(s.variant, seed): train_dl2_pollux(s, preset, seed, Path(out_dir) / s.variant / f"seed-{seed}", progress)
-            for s in settings for seed in seeds}
+    `out_dir/<variant>/seed-<seed>`; a run already finished there with the same settings and seed is read back,
+    not trained again (so an interrupted set of runs resumes at the first unfinished one)."""
+    results = {}
+    for s in settings:
+        for seed in seeds:
+            folder = Path(out_dir) / s.variant / f"seed-{seed}"
+            earlier = finished_run(folder, s, seed)
+            if earlier is None:
+                results[(s.variant, seed)] = train_dl2_pollux(s, preset, seed, folder, progress)
+                continue
+            if progress:
+                print(f"{folder}: finished earlier with these settings; read back (delete it to train again)")
+            results[(s.variant, seed)] = earlier
+    return results
 
 
 def summary(results: Runs) -> pd.DataFrame:

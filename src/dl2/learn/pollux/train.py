@@ -2,10 +2,12 @@
 workloads from the Philly-derived generator (seeds other than the artifact's), optional DAgger rounds on
 the teacher's labels of the learner's own states, PPO fine-tuning on the
 same workloads, greedy evaluation on the artifact's workloads beside the published baselines, a
-checkpoint after each stage. Deterministic given the seed and torch's thread count (`settings.threads`)."""
+checkpoint after each stage. Deterministic given the seed and torch's thread count (`settings.threads`).
+A run's `run.json` is written last: `finished_run` reads back a run that wrote one, to resume a set of runs."""
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +16,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from dl2.learn.pollux.checkpoint import save_checkpoint
+from dl2.checkout import git_commit
+from dl2.learn.pollux.checkpoint import load_checkpoint, save_checkpoint
 from dl2.learn.pollux.demonstrations import teacher_decisions
 from dl2.learn.pollux.evaluate import beside_baselines, evaluate_greedy
 from dl2.learn.pollux.finetune import finetune
@@ -98,5 +101,27 @@ def _train(settings: PolluxTrainSettings, preset: PolluxPreset, seed: int, out_d
         write_csv_atomic(out_dir / "evaluation.csv", evaluation)
         write_csv_atomic(out_dir / "comparison.csv", comparison)
         write_json_atomic(out_dir / "run.json", {"seed": seed, "settings": settings.to_dict(), "seconds": seconds,
-                                                  "decisions": int(len(actions))})
+                                                  "decisions": int(len(actions)), "commit": git_commit()})
     return PolluxTrainResult(nets, pretrain_history, finetune_history, evaluation, comparison, seconds)
+
+
+def finished_run(out_dir: str | Path, settings: PolluxTrainSettings, seed: int) -> PolluxTrainResult | None:
+    """The run `train_dl2_pollux` finished in `out_dir` with these settings and seed, read back from its files
+    (the networks after fine-tuning); None where none finished there, or one with other settings or seed."""
+    out_dir = Path(out_dir)
+    try:
+        done = json.loads((out_dir / "run.json").read_text())
+    except (OSError, ValueError):
+        return None
+    wanted = json.loads(json.dumps(settings.to_dict()))  # as JSON holds it: tuples as lists
+    if done.get("seed") != seed or done.get("settings") != wanted:
+        return None
+    nets = load_checkpoint(out_dir / "finetuned.pt")[0]
+
+    def read(name: str, **dtypes: type) -> pd.DataFrame:
+        return pd.read_csv(out_dir / name, dtype={"load": str, **dtypes})
+
+    evaluation = read("evaluation.csv", error=str)
+    evaluation["error"] = evaluation["error"].fillna("")  # no error: an empty cell
+    return PolluxTrainResult(nets, read("pretrain_history.csv"), read("finetune_history.csv"), evaluation,
+                             read("comparison.csv"), done["seconds"])
