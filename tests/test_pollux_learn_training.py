@@ -15,16 +15,16 @@ from dl2.errors import Dl2Error
 from dl2.learn.architecture import NET_PRESETS, NetConfig, net_config
 from dl2.learn.features import feature_size
 from dl2.learn.nets import masked_log_probs, policy_net, value_net
+from dl2.learn.pollux import runs
 from dl2.learn.pollux.checkpoint import load_checkpoint, save_checkpoint
 from dl2.learn.pollux.demonstrations import teacher_decisions
 from dl2.learn.pollux.env import PolluxDecisionEnv
-from dl2.learn.pollux.evaluate import PUBLISHED_SUMMARY, published_baselines
+from dl2.learn.pollux.evaluate import PUBLISHED_SUMMARY, evaluate_greedy, published_baselines
 from dl2.learn.pollux.features import NUM_JOB_FEATURES, encoded_size
 from dl2.learn.pollux.finetune import finetune, interval_ended
 from dl2.learn.pollux.model import PolluxNets, filled_slots, pollux_net_config, prefix_log_probs
 from dl2.learn.pollux.pretrain import SLOT_BUCKET, dagger, minibatches, pretrain
 from dl2.learn.pollux.settings import PolluxTrainSettings
-from dl2.learn.pollux import runs
 from dl2.learn.pollux.train import finished_run, train_dl2_pollux
 from dl2.pollux.grid import Cell
 from dl2.pollux.workload import read_workload
@@ -311,3 +311,9 @@ def test_a_set_of_runs_resumes_reading_back_the_runs_that_finished(tmp_path):
     assert finished_run(folder, settings, 4) is None and finished_run(tmp_path / "absent", settings, 3) is None
     (folder / "run.json").unlink()  # a run interrupted before its last file
     assert finished_run(folder, settings, 3) is None
+
+
+def test_evaluating_on_a_workload_that_is_not_shipped_is_an_error_not_a_failed_run():
+    nets = PolluxNets(pollux_net_config(TINY))
+    with pytest.raises(Dl2Error, match="workload-9.csv"):
+        evaluate_greedy(nets, PRESET, "tuned", ["0.5"], [9])

@@ -37,8 +37,9 @@ def evaluate_greedy(nets: PolluxNets, preset: PolluxPreset, variant: str, loads:
     for load, w in tqdm(cells, desc="greedy evaluation", unit="workload", disable=not progress):
         cell = Cell(f"dl2-{variant}", load, w, 0)
         policy = DL2PolluxPolicy(decide, variant, nets.config.window, name=cell.policy, assign_one=assign_one)
+        workload = read_workload(cell.path)  # a missing or malformed file is an error, not a failed run
         try:
-            summary, error = summarize(simulate(read_workload(cell.path), policy, preset, max_seconds=max_seconds)), ""
+            summary, error = summarize(simulate(workload, policy, preset, max_seconds=max_seconds)), ""
         except Dl2Error as exc:
             summary, error = {"avg_jct": float("nan")}, str(exc)
         rows.append({"policy": cell.policy, "load": load, "workload": w, **summary, "error": error})
