@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from dl2.errors import Dl2Error
 from dl2.learn.pollux.decisions import IntervalDecisions
@@ -84,12 +85,14 @@ def teacher_forced(workload: Workload, preset: PolluxPreset, teacher: str, varia
 
 
 def teacher_decisions(workloads: Sequence[Workload], preset: PolluxPreset, teacher: str, variant: str,
-                      window: int, assign_one: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                      window: int, assign_one: bool = False,
+                      progress: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The teacher's (raw state, mask, action) triples over every workload, concatenated:
     states (N, window, F), masks (N, window + 1), actions (N,)."""
     if not workloads:
         raise Dl2Error("workloads: teacher_decisions needs at least one workload")
-    parts = [teacher_forced(w, preset, teacher, variant, window, assign_one)[:3] for w in workloads]
+    episodes = tqdm(workloads, desc="the teacher's demonstrations", unit="workload", disable=not progress)
+    parts = [teacher_forced(w, preset, teacher, variant, window, assign_one)[:3] for w in episodes]
     return tuple(np.concatenate([p[k] for p in parts]) for k in range(3))
 
 

@@ -106,11 +106,13 @@ def dagger(nets: PolluxNets, states: np.ndarray, masks: np.ndarray, actions: np.
     data = Demonstrations.encode(nets, states, masks, actions) if settings.dagger_rounds else None
     for round_ in range(1, settings.dagger_rounds + 1):
         decide = FastGreedy(nets)
+        episodes = tqdm(workloads, desc=f"DAgger round {round_}: the learner's episodes", unit="workload",
+                        disable=not progress)
         labelled = [learner_labelled(w, preset, settings.teacher, settings.variant, settings.window, decide,
-                                     settings.assign_one)[:3] for w in workloads]
+                                     settings.assign_one)[:3] for w in episodes]
         data += Demonstrations.encode(nets, *(np.concatenate([lab[k] for lab in labelled]) for k in range(3)))
         rows = fit(nets, data, replace(settings, sl_epochs=settings.dagger_epochs), generator, progress,
-                   desc=f"DAgger round {round_}", measure_start=False)
+                   desc=f"DAgger round {round_}: SL", measure_start=False)
         history.append(rows.assign(round=round_, decisions=len(data)))
     return pd.concat(history, ignore_index=True) if history else pd.DataFrame()
 

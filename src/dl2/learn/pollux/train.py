@@ -70,7 +70,7 @@ def _train(settings: PolluxTrainSettings, preset: PolluxPreset, seed: int, out_d
     nets = PolluxNets(pollux_net_config(settings))
     workloads = training_workloads(settings)
     states, masks, actions = teacher_decisions(workloads, preset, settings.teacher, settings.variant, settings.window,
-                                               settings.assign_one)
+                                               settings.assign_one, progress)
     seconds["demonstrations"] = time.perf_counter() - clock
 
     clock = time.perf_counter()
