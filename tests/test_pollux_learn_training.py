@@ -23,7 +23,7 @@ from dl2.learn.pollux.evaluate import PUBLISHED_SUMMARY, evaluate_greedy, publis
 from dl2.learn.pollux.features import NUM_JOB_FEATURES, encoded_size
 from dl2.learn.pollux.finetune import finetune, interval_ended
 from dl2.learn.pollux.model import PolluxNets, filled_slots, pollux_net_config, prefix_log_probs
-from dl2.learn.pollux.pretrain import SLOT_BUCKET, dagger, minibatches, pretrain
+from dl2.learn.pollux.pretrain import SLOT_BUCKET, Demonstrations, dagger, minibatches, pretrain
 from dl2.learn.pollux.settings import PolluxTrainSettings
 from dl2.learn.pollux.train import finished_run, train_dl2_pollux
 from dl2.pollux.grid import Cell
@@ -179,7 +179,8 @@ def test_dagger_adds_the_learners_states_and_is_deterministic(tiny_workload, dem
         nets = PolluxNets(pollux_net_config(settings))
         generator = torch.Generator().manual_seed(6)
         pretrain(nets, *demonstrations, settings, generator)
-        runs.append((dagger(nets, *demonstrations, [tiny_workload], PRESET, settings, generator), nets.policy.state_dict()))
+        data = Demonstrations.encode(nets, *demonstrations)
+        runs.append((dagger(nets, data, [tiny_workload], PRESET, settings, generator), nets.policy.state_dict()))
     history = runs[0][0]
     assert history["round"].tolist() == [1, 2] and (history["decisions"].diff().iloc[1:] > 0).all()
     assert history["decisions"].iloc[0] > len(demonstrations[2]), "each round adds the states the learner reached"

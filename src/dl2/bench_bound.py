@@ -26,8 +26,7 @@ def bound_benchmark(out: str | Path, repeats: int = 3) -> dict:
     """Per preset: median seconds of `capacity_bound` (LP built and solved, configs already found) over `repeats`,
     HiGHS's own share, the configs' one-off seconds, the LP's variables and horizon; written as JSON to `out`."""
     params = load_params()
-    results: dict = {**stamp(), "repeats": repeats,
-                     "presets": {}}
+    results: dict = {**stamp(), "repeats": repeats, "presets": {}}
     for name in PRESETS:
         values = {**section(params, "learn", "params.yaml"), "preset": name}
         settings = learn_settings(values, presets_from(params, "params.yaml"), "params.yaml")

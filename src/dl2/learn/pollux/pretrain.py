@@ -95,15 +95,13 @@ def fit(nets: PolluxNets, data: Demonstrations, settings: PolluxTrainSettings, g
     return pd.DataFrame(history)
 
 
-def dagger(nets: PolluxNets, states: np.ndarray, masks: np.ndarray, actions: np.ndarray, workloads: Sequence[Workload],
-           preset: PolluxPreset, settings: PolluxTrainSettings, generator: torch.Generator,
-           progress: bool = False) -> pd.DataFrame:
-    """`settings.dagger_rounds` rounds after SL: the greedy learner runs each training workload, the teacher
-    labels every state it reaches (`learner_labelled`), and `dagger_epochs` epochs of SL follow over the
-    teacher's own decisions and every state labelled so far (each state encoded once). One history row per
-    epoch, with its round."""
+def dagger(nets: PolluxNets, data: Demonstrations, workloads: Sequence[Workload], preset: PolluxPreset,
+           settings: PolluxTrainSettings, generator: torch.Generator, progress: bool = False) -> pd.DataFrame:
+    """`settings.dagger_rounds` rounds after SL on the teacher's own decisions `data`: the greedy learner runs
+    each training workload, the teacher labels every state it reaches (`learner_labelled`), and
+    `dagger_epochs` epochs of SL follow over `data` and every state labelled so far (each state encoded
+    once). One history row per epoch, with its round."""
     history = []
-    data = Demonstrations.encode(nets, states, masks, actions) if settings.dagger_rounds else None
     for round_ in range(1, settings.dagger_rounds + 1):
         decide = FastGreedy(nets)
         episodes = tqdm(workloads, desc=f"DAgger round {round_}: the learner's episodes", unit="workload",

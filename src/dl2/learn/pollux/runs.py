@@ -27,13 +27,12 @@ def train_runs(settings: Sequence[PolluxTrainSettings], preset: PolluxPreset, se
     for s in settings:
         for seed in seeds:
             folder = Path(out_dir) / s.variant / f"seed-{seed}"
-            earlier = finished_run(folder, s, seed)
-            if earlier is None:
-                results[(s.variant, seed)] = train_dl2_pollux(s, preset, seed, folder, progress)
-                continue
-            if progress:
+            run = finished_run(folder, s, seed)
+            if run is None:
+                run = train_dl2_pollux(s, preset, seed, folder, progress)
+            elif progress:
                 print(f"{folder}: finished earlier with these settings; read back (delete it to train again)")
-            results[(s.variant, seed)] = earlier
+            results[(s.variant, seed)] = run
     return results
 
 

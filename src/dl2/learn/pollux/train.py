@@ -22,7 +22,7 @@ from dl2.learn.pollux.demonstrations import teacher_decisions
 from dl2.learn.pollux.evaluate import beside_baselines, evaluate_greedy
 from dl2.learn.pollux.finetune import finetune
 from dl2.learn.pollux.model import PolluxNets, pollux_net_config
-from dl2.learn.pollux.pretrain import dagger, pretrain
+from dl2.learn.pollux.pretrain import Demonstrations, dagger, fit
 from dl2.learn.pollux.settings import PolluxTrainSettings
 from dl2.paths import write_csv_atomic, write_json_atomic
 from dl2.pollux.philly import generate_workload, load_philly
@@ -69,16 +69,18 @@ def _train(settings: PolluxTrainSettings, preset: PolluxPreset, seed: int, out_d
     rng = np.random.default_rng(seed)
     nets = PolluxNets(pollux_net_config(settings))
     workloads = training_workloads(settings)
-    states, masks, actions = teacher_decisions(workloads, preset, settings.teacher, settings.variant, settings.window,
-                                               settings.assign_one, progress)
+    demonstrated = teacher_decisions(workloads, preset, settings.teacher, settings.variant, settings.window,
+                                     settings.assign_one, progress)
     seconds["demonstrations"] = time.perf_counter() - clock
 
     clock = time.perf_counter()
-    pretrain_history = pretrain(nets, states, masks, actions, settings, generator, progress).assign(round=0)
+    data = Demonstrations.encode(nets, *demonstrated)  # once, for SL and every DAgger round
+    del demonstrated
+    pretrain_history = fit(nets, data, settings, generator, progress).assign(round=0)
     seconds["pretrain"] = time.perf_counter() - clock
     if settings.dagger_rounds:
         clock = time.perf_counter()
-        rounds = dagger(nets, states, masks, actions, workloads, preset, settings, generator, progress)
+        rounds = dagger(nets, data, workloads, preset, settings, generator, progress)
         pretrain_history = pd.concat([pretrain_history, rounds], ignore_index=True)
         seconds["dagger"] = time.perf_counter() - clock
     if out_dir is not None:
@@ -101,7 +103,7 @@ def _train(settings: PolluxTrainSettings, preset: PolluxPreset, seed: int, out_d
         write_csv_atomic(out_dir / "evaluation.csv", evaluation)
         write_csv_atomic(out_dir / "comparison.csv", comparison)
         write_json_atomic(out_dir / "run.json", {"seed": seed, "settings": settings.to_dict(), "seconds": seconds,
-                                                  "decisions": int(len(actions)), "commit": git_commit()})
+                                                  "decisions": len(data), "commit": git_commit()})
     return PolluxTrainResult(nets, pretrain_history, finetune_history, evaluation, comparison, seconds)
 
 
