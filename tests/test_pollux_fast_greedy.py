@@ -11,10 +11,12 @@ import torch
 
 from dl2.learn.pollux.demonstrations import teacher_decisions
 from dl2.learn.pollux.fast_greedy import MARGIN, FastGreedy
+from dl2.learn.pollux.features import encode, encode_row
 from dl2.learn.pollux.model import PolluxNets, filled_slots, pollux_net_config
 from dl2.learn.pollux.policy import DL2PolluxPolicy
 from dl2.learn.pollux.pretrain import pretrain
 from dl2.learn.pollux.settings import PolluxTrainSettings
+from dl2.pollux.apps import APP_NAMES
 from dl2.pollux.cluster import simulate
 from dl2.pollux.grid import Cell
 from dl2.pollux.workload import read_workload
@@ -65,8 +67,9 @@ def test_a_run_makes_torchs_decisions_and_the_same_jcts(workload, assign_one):
     assert fast.decisions == len(ours) > 100 and fast.asked_torch < 0.1 * len(ours), "numpy decides most"
 
 
-def test_numpy_logits_are_torchs_within_a_hundredth_of_the_margin(workload):
-    nets = _nets(workload, True)
+@pytest.mark.parametrize("hidden", [(32,), (32, 32), (32, 16, 8)])
+def test_numpy_logits_are_torchs_within_a_hundredth_of_the_margin(workload, hidden):
+    nets = _nets(workload, True, replace(SETTINGS, hidden=hidden))
     fast = FastGreedy(nets)
     states, _, _ = teacher_decisions([workload], PRESET, "optimus", "tuned", SETTINGS.window, True)
     with torch.no_grad():
@@ -96,3 +99,24 @@ def test_another_network_is_asked_of_torch_every_time(workload):
     fast = FastGreedy(nets)
     actions, _ = _run(workload.first(5), fast, True)
     assert not fast.supported and fast.asked_torch == fast.decisions == len(actions) > 0
+
+
+def test_the_kept_rows_never_change_a_logit(workload):
+    """Passes that reuse the previous state's rows give a fresh pass's logits exactly, in a run's order
+    (one row changed a decision) and shuffled (every row changed)."""
+    nets = _nets(workload, True)
+    states, _, _ = teacher_decisions([workload], PRESET, "optimus", "tuned", SETTINGS.window, True)
+    fresh = np.stack([FastGreedy(nets).logits(s) for s in states])
+    kept = FastGreedy(nets)
+    order = np.random.default_rng(0).permutation(len(states))
+    assert np.array_equal(np.stack([kept.logits(s) for s in states]), fresh, equal_nan=True)
+    assert np.array_equal(np.stack([kept.logits(s) for s in states[order]]), fresh[order], equal_nan=True)
+
+
+def test_the_compiled_row_encoding_is_encodes(workload):
+    states, _, _ = teacher_decisions([workload], PRESET, "optimus", "tuned", SETTINGS.window, True)
+    rows = states.reshape(-1, states.shape[-1])
+    out = np.empty((len(rows), len(APP_NAMES) + rows.shape[1] - 1))
+    for row, inputs in zip(rows, out):
+        encode_row(row, len(APP_NAMES), inputs)
+    assert np.array_equal(out, encode(rows[:, None]).astype(np.float64))

@@ -325,3 +325,12 @@ def test_a_returned_state_is_the_callers_own():
     kept_state, kept_mask = state.copy(), mask.copy()
     env.step(int(np.flatnonzero(mask[:5])[0]))
     assert np.array_equal(state, kept_state) and np.array_equal(mask, kept_mask)
+
+
+def test_the_greedy_benchmark_times_both_passes_on_the_same_decisions():
+    from dl2.bench_pollux_env import greedy_decisions
+
+    row = greedy_decisions(jobs=12)
+    assert row["decisions"] > 50 and 0 <= row["asked_torch"] < row["decisions"]
+    assert row["torch_us_per_decision"] > 0 and row["compiled_us_per_decision"] > 0
+    assert row["speedup"] == pytest.approx(row["torch_us_per_decision"] / row["compiled_us_per_decision"])

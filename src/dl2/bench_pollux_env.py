@@ -6,8 +6,9 @@ Decisions and intervals per second, and the share of the wall time spent in the 
 the intervals, with pollux-batch's throughput-model refits, and applying placements). Then PPO end to end
 (`ppo_end_to_end`): one rollout and clipped update of the full run's shape (params.yaml `pollux_dl2.run`:
 8 environments x 256 decisions, 4 epochs of 512-decision minibatches, the 2x128 per-job network, one torch
-thread). The date, commit and the machine's load are recorded beside: on the shared 2-core machine the
-numbers move with the load."""
+thread). Then greedy decisions (`greedy_decisions`): torch's pass a decision against the compiled one
+(`dl2.learn.pollux.fast_greedy`), on the same states in a run's order. The date, commit and the machine's
+load are recorded beside: on the shared 2-core machine the numbers move with the load."""
 
 from __future__ import annotations
 
@@ -18,9 +19,12 @@ import numpy as np
 import torch
 
 from dl2.bench_record import finish, stamp
+from dl2.learn.pollux.demonstrations import teacher_decisions
 from dl2.learn.pollux.env import VARIANTS, PolluxDecisionEnv
+from dl2.learn.pollux.fast_greedy import FastGreedy
 from dl2.learn.pollux.finetune import finetune
 from dl2.learn.pollux.model import PolluxNets, pollux_net_config
+from dl2.learn.pollux.pretrain import Demonstrations, fit
 from dl2.learn.pollux.settings import PolluxTrainSettings
 from dl2.learn.pollux.vec import PolluxVecEnv
 from dl2.pollux.grid import POLLUX_DATA
@@ -77,6 +81,40 @@ def ppo_end_to_end(variant: str = "tuned", seed: int = 0) -> dict:
             "ppo_batch_size": settings.ppo_batch_size, "hidden": list(settings.hidden)}
 
 
+def greedy_decisions(seed: int = 0, jobs: int | None = None) -> dict:
+    """Microseconds a greedy decision, torch's pass (`PolluxNets.greedy`) against the compiled one
+    (`FastGreedy`, with its near ties asked of torch), over Optimus+Oracle's states of the artifact's 1x-load
+    workload 1 in the run's order, for the full run's network after 2 SL epochs on them (decisive logits, as
+    a trained policy's), or its first `jobs`; both decide every state alike (checked)."""
+    settings = PolluxTrainSettings(sl_epochs=2)
+    workload = read_workload(POLLUX_DATA / "workloads" / "workload-1.csv")
+    states, masks, actions = teacher_decisions([workload if jobs is None else workload.first(jobs)],
+                                               get_preset(POLLUX), "optimus", settings.variant, settings.window,
+                                               settings.assign_one)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(settings.threads)
+    try:
+        torch.manual_seed(seed)
+        nets = PolluxNets(pollux_net_config(settings))
+        fit(nets, Demonstrations.encode(nets, states, masks, actions), settings, torch.Generator().manual_seed(seed))
+        fast, torch_decide = FastGreedy(nets), nets.greedy()
+        fast(states[0], masks[0])  # compiled before the clock starts
+        fast = FastGreedy(nets)
+        timed = {}
+        for name, decide in (("torch", torch_decide), ("compiled", fast)):
+            start = time.perf_counter()
+            timed[name] = [decide(s, m) for s, m in zip(states, masks)]
+            timed[f"{name}_seconds"] = time.perf_counter() - start
+    finally:
+        torch.set_num_threads(previous)
+    if timed["torch"] != timed["compiled"]:
+        raise AssertionError("greedy_decisions: the compiled pass decided otherwise than torch")
+    return {"decisions": len(states), "window": settings.window, "hidden": list(settings.hidden),
+            "torch_us_per_decision": 1e6 * timed["torch_seconds"] / len(states),
+            "compiled_us_per_decision": 1e6 * timed["compiled_seconds"] / len(states),
+            "speedup": timed["torch_seconds"] / timed["compiled_seconds"], "asked_torch": fast.asked_torch}
+
+
 def pollux_env_benchmark(out: str | Path | None = None) -> dict:
     """Every variant under every action rule, then PPO end to end; written as JSON to `out`
     (published: data/published/bench/pollux_env.json)."""
@@ -85,4 +123,5 @@ def pollux_env_benchmark(out: str | Path | None = None) -> dict:
         for rule in RULES:
             results["runs"][f"{variant}/{rule}"] = measure(variant, rule, STEPS[variant])
     results["ppo_end_to_end"] = {"tuned": ppo_end_to_end("tuned")}
+    results["greedy_decisions"] = greedy_decisions()
     return finish(results, out)
