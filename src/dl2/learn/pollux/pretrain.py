@@ -62,9 +62,11 @@ class Demonstrations:
         return cls(nets.inputs(states), torch.from_numpy(masks), torch.from_numpy(actions.astype(np.int64)),
                    filled_slots(states))
 
-    def __add__(self, more: Demonstrations) -> Demonstrations:
-        return Demonstrations(torch.cat([self.inputs, more.inputs]), torch.cat([self.masks, more.masks]),
-                              torch.cat([self.actions, more.actions]), np.concatenate([self.slots, more.slots]))
+    @classmethod
+    def concatenate(cls, parts: Sequence[Demonstrations]) -> Demonstrations:
+        """The parts' decisions one after another, in one copy."""
+        return cls(torch.cat([p.inputs for p in parts]), torch.cat([p.masks for p in parts]),
+                   torch.cat([p.actions for p in parts]), np.concatenate([p.slots for p in parts]))
 
     def __len__(self) -> int:
         return len(self.actions)
@@ -106,9 +108,12 @@ def dagger(nets: PolluxNets, data: Demonstrations, workloads: Sequence[Workload]
         decide = FastGreedy(nets)
         episodes = tqdm(workloads, desc=f"DAgger round {round_}: the learner's episodes", unit="workload",
                         disable=not progress)
-        labelled = [learner_labelled(w, preset, settings.teacher, settings.variant, settings.window, decide,
-                                     settings.assign_one)[:3] for w in episodes]
-        data += Demonstrations.encode(nets, *(np.concatenate([lab[k] for lab in labelled]) for k in range(3)))
+        # each episode encoded as it ends, so only one episode's raw states are held at a time
+        labelled = [Demonstrations.encode(nets, *learner_labelled(w, preset, settings.teacher, settings.variant,
+                                                                  settings.window, decide, settings.assign_one)[:3])
+                    for w in episodes]
+        data = Demonstrations.concatenate([data, *labelled])
+        del labelled
         rows = fit(nets, data, replace(settings, sl_epochs=settings.dagger_epochs), generator, progress,
                    desc=f"DAgger round {round_}: SL", measure_start=False)
         history.append(rows.assign(round=round_, decisions=len(data)))

@@ -83,6 +83,8 @@ def _train(settings: PolluxTrainSettings, preset: PolluxPreset, seed: int, out_d
         rounds = dagger(nets, data, workloads, preset, settings, generator, progress)
         pretrain_history = pd.concat([pretrain_history, rounds], ignore_index=True)
         seconds["dagger"] = time.perf_counter() - clock
+    demonstrations = len(data)
+    del data  # the demonstrations' memory back before fine-tuning
     if out_dir is not None:
         save_checkpoint(out_dir / "pretrained.pt", nets, settings, "pretrained", seed)
 
@@ -103,7 +105,7 @@ def _train(settings: PolluxTrainSettings, preset: PolluxPreset, seed: int, out_d
         write_csv_atomic(out_dir / "evaluation.csv", evaluation)
         write_csv_atomic(out_dir / "comparison.csv", comparison)
         write_json_atomic(out_dir / "run.json", {"seed": seed, "settings": settings.to_dict(), "seconds": seconds,
-                                                  "decisions": len(data), "commit": git_commit()})
+                                                  "decisions": demonstrations, "commit": git_commit()})
     return PolluxTrainResult(nets, pretrain_history, finetune_history, evaluation, comparison, seconds)
 
 
