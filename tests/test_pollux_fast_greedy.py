@@ -1,4 +1,4 @@
-"""Greedy decisions in numpy (`dl2.learn.pollux.fast_greedy`) are torch's own: the same actions through a
+"""Greedy decisions compiled (`dl2.learn.pollux.fast_greedy`) are torch's own: the same actions through a
 whole run, logits within a small fraction of the margin, near ties and other networks asked of torch."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 
 from dl2.learn.pollux.demonstrations import teacher_decisions
 from dl2.learn.pollux.fast_greedy import MARGIN, FastGreedy
-from dl2.learn.pollux.features import encode, encode_row
+from dl2.learn.pollux.features import encode, encode_row, encoded_size
 from dl2.learn.pollux.model import PolluxNets, filled_slots, pollux_net_config
 from dl2.learn.pollux.policy import DL2PolluxPolicy
 from dl2.learn.pollux.pretrain import pretrain
@@ -64,18 +64,18 @@ def test_a_run_makes_torchs_decisions_and_the_same_jcts(workload, assign_one):
 
     theirs, reference = _run(workload, log_probs_argmax, assign_one)
     assert ours == theirs and np.array_equal(run.completion, reference.completion)
-    assert fast.decisions == len(ours) > 100 and fast.asked_torch < 0.1 * len(ours), "numpy decides most"
+    assert fast.decisions == len(ours) > 100 and fast.asked_torch < 0.1 * len(ours), "the compiled pass decides most"
 
 
 @pytest.mark.parametrize("hidden", [(32,), (32, 32), (32, 16, 8)])
-def test_numpy_logits_are_torchs_within_a_hundredth_of_the_margin(workload, hidden):
+def test_compiled_logits_are_torchs_within_a_hundredth_of_the_margin(workload, hidden):
     nets = _nets(workload, True, replace(SETTINGS, hidden=hidden))
     fast = FastGreedy(nets)
     states, _, _ = teacher_decisions([workload], PRESET, "optimus", "tuned", SETTINGS.window, True)
     with torch.no_grad():
         theirs = nets.policy(nets.inputs(states)).double().numpy()
     ours = np.stack([fast.logits(s) for s in states])
-    empty = np.isnan(ours)  # the slots after the last filled one, which numpy leaves out
+    empty = np.isnan(ours)  # the slots after the last filled one, which the compiled pass leaves out
     assert np.array_equal(empty[:, :-1], np.arange(SETTINGS.window) >= filled_slots(states)[:, None]) and not empty[:, -1].any()
     scale = np.maximum(1.0, np.abs(np.where(empty, 0.0, theirs)).max(-1, keepdims=True))
     assert (np.abs(ours - theirs)[~empty] / np.broadcast_to(scale, ours.shape)[~empty]).max() < MARGIN / 100
@@ -116,7 +116,7 @@ def test_the_kept_rows_never_change_a_logit(workload):
 def test_the_compiled_row_encoding_is_encodes(workload):
     states, _, _ = teacher_decisions([workload], PRESET, "optimus", "tuned", SETTINGS.window, True)
     rows = states.reshape(-1, states.shape[-1])
-    out = np.empty((len(rows), len(APP_NAMES) + rows.shape[1] - 1))
+    out = np.empty((len(rows), encoded_size(1)))
     for row, inputs in zip(rows, out):
         encode_row(row, len(APP_NAMES), inputs)
     assert np.array_equal(out, encode(rows[:, None]).astype(np.float64))

@@ -47,5 +47,5 @@ def encode_row(raw: np.ndarray, kinds: int, out: np.ndarray) -> None:
         out[k] = 1.0 if app == k + 1 else 0.0
     rest = (np.log1p(raw[AGE] / _HOUR), raw[PROGRESS], raw[GIVEN] / _GPU_SCALE, raw[HELD] / _GPU_SCALE,
             raw[RESTARTS] / _RESTART_SCALE, np.log1p(raw[ATTAINED] / _HOUR))
-    for k in range(6):
+    for k in range(len(rest)):
         out[kinds + k] = np.float32(rest[k])
